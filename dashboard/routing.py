@@ -1,0 +1,7 @@
+from django.urls import path
+
+from . import consumers
+
+websocket_urlpatterns = [
+    path("ws/events/", consumers.EventStreamConsumer.as_asgi()),
+]

@@ -1,0 +1,30 @@
+"""API error shape: validation errors as ``{errors: [{path, message}]}``, everything else DRF's."""
+
+from __future__ import annotations
+
+from rest_framework import exceptions
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+def _flatten(detail, path: str = "") -> list[dict]:
+    if isinstance(detail, dict):
+        out = []
+        for key, value in detail.items():
+            sub = str(key) if key != "non_field_errors" else ""
+            out += _flatten(value, f"{path}.{sub}" if path and sub else (sub or path))
+        return out
+    if isinstance(detail, list):
+        if all(not isinstance(d, dict | list) for d in detail):
+            return [{"path": path, "message": str(d)} for d in detail]
+        out = []
+        for index, value in enumerate(detail):
+            out += _flatten(value, f"{path}[{index}]")
+        return out
+    return [{"path": path, "message": str(detail)}]
+
+
+def exception_handler(exc, context):
+    response = drf_exception_handler(exc, context)
+    if response is not None and isinstance(exc, exceptions.ValidationError):
+        response.data = {"errors": _flatten(exc.detail)}
+    return response

@@ -1,0 +1,91 @@
+"""Serializers for the cluster part of the API (camelCase field names are the contract)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from engine.models import EngineEvent, Member
+from engine.states import MemberState
+
+
+class SlotCountsSerializer(serializers.Serializer):
+    total = serializers.IntegerField()
+    assigned = serializers.IntegerField()
+    free = serializers.IntegerField()
+
+
+class MemberSerializer(serializers.ModelSerializer):
+    state = serializers.ChoiceField(choices=MemberState.choices)
+    slots = serializers.SerializerMethodField()
+    startedAt = serializers.DateTimeField(source="started_at")
+    lastHeartbeat = serializers.DateTimeField(source="last_heartbeat")
+    endedAt = serializers.DateTimeField(source="ended_at", allow_null=True)
+    endReason = serializers.CharField(source="end_reason")
+    slotMode = serializers.CharField(source="slot_mode")
+    protocolVersion = serializers.IntegerField(source="protocol_version")
+
+    class Meta:
+        model = Member
+        fields = [
+            "uuid",
+            "name",
+            "address",
+            "state",
+            "slots",
+            "slotMode",
+            "startedAt",
+            "lastHeartbeat",
+            "endedAt",
+            "endReason",
+            "protocolVersion",
+            "pid",
+        ]
+
+    @extend_schema_field(SlotCountsSerializer)
+    def get_slots(self, member: Member) -> dict:
+        total = member.slot_total
+        assigned = member.slot_assigned
+        return {"total": total, "assigned": assigned, "free": total - assigned}
+
+
+class ActiveMasterSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    epoch = serializers.IntegerField()
+    since = serializers.DateTimeField()
+    leaseExpiresAt = serializers.DateTimeField()
+
+
+class MemberCountsSerializer(serializers.Serializer):
+    alive = serializers.IntegerField()
+    removed = serializers.IntegerField()
+    left = serializers.IntegerField()
+
+
+class OverviewSerializer(serializers.Serializer):
+    activeMaster = ActiveMasterSerializer(allow_null=True)
+    epoch = serializers.IntegerField()
+    members = MemberCountsSerializer()
+    totalSlot = serializers.IntegerField()
+    assignedSlot = serializers.IntegerField()
+    unassignedSlot = serializers.IntegerField()
+    memberEventSequence = serializers.IntegerField()
+
+
+class EngineEventSerializer(serializers.ModelSerializer):
+    jobId = serializers.IntegerField(source="job_id", allow_null=True)
+    memberUuid = serializers.UUIDField(source="member.uuid", allow_null=True, default=None)
+
+    class Meta:
+        model = EngineEvent
+        fields = ["seq", "at", "kind", "jobId", "memberUuid", "epoch", "payload"]
+
+
+class EventPageSerializer(serializers.Serializer):
+    results = EngineEventSerializer(many=True)
+    nextAfter = serializers.IntegerField()
+
+
+class EventQuerySerializer(serializers.Serializer):
+    after = serializers.IntegerField(min_value=0, default=0, required=False)
+    limit = serializers.IntegerField(min_value=1, max_value=500, default=500, required=False)

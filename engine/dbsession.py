@@ -1,0 +1,47 @@
+"""Dedicated PostgreSQL sessions for liveness (leadership and membership advisory locks).
+
+Liveness rides on a session of its own rather than Django's connection: the lock lives exactly as
+long as the session, PostgreSQL ends the session the moment the process dies (its socket closes),
+and TCP keepalives end a half-open one within seconds.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from django.conf import settings
+from django.db.backends.signals import connection_created
+
+#: Engine processes must never sit in a transaction for long: a frozen process would otherwise
+#: keep row locks (and block a takeover) until someone noticed. PostgreSQL ends such sessions.
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 5000
+
+
+def connect_dedicated(application_name: str) -> psycopg.Connection:
+    db = settings.DATABASES["default"]
+    opts = db.get("OPTIONS", {})
+    return psycopg.connect(
+        host=db.get("HOST") or None,
+        port=db.get("PORT") or None,
+        dbname=db["NAME"],
+        user=db.get("USER") or None,
+        password=db.get("PASSWORD") or None,
+        application_name=application_name[:63],
+        keepalives=opts.get("keepalives", 1),
+        keepalives_idle=opts.get("keepalives_idle", 2),
+        keepalives_interval=opts.get("keepalives_interval", 1),
+        keepalives_count=opts.get("keepalives_count", 3),
+        connect_timeout=opts.get("connect_timeout", 3),
+        autocommit=True,
+    )
+
+
+def _configure_engine_session(sender, connection, **kwargs) -> None:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SET idle_in_transaction_session_timeout = %s", [IDLE_IN_TRANSACTION_TIMEOUT_MS]
+        )
+
+
+def configure_engine_sessions() -> None:
+    """Apply the engine's session settings to every Django connection of this process."""
+    connection_created.connect(_configure_engine_session, dispatch_uid="keel-engine-session")

@@ -1,0 +1,170 @@
+"""The master process: a loop of step functions, each returning whether it did work.
+
+A standby campaigns every 100 ms. The active master renews its lease and sweeps membership on
+timers; it sleeps only when a pass did nothing. SIGTERM hands leadership over at once. Any write
+rejected by the epoch check, or a lost lock session, makes it step down to standby.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+from django.db import DatabaseError, InterfaceError, close_old_connections, connections
+
+from .election import Leadership, LeadershipLost, record_candidate
+from .fencing import StaleEpoch
+from .membership import SWEEP_INTERVAL, sweep_members
+from .states import CandidateState
+
+log = logging.getLogger("keel.master")
+
+
+@dataclass
+class MasterOptions:
+    name: str
+    heartbeat_timeout: float = 5.0
+    lease_timeout: float = 3.0
+    campaign_interval: float = 0.1
+    candidate_interval: float = 1.0
+
+    @property
+    def renew_interval(self) -> float:
+        return max(self.lease_timeout / 6, 0.05)
+
+
+class Timer:
+    """A housekeeping timer inside the loop: ``due()`` is true once per interval."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.next_at = 0.0
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now >= self.next_at:
+            self.next_at = now + self.interval
+            return True
+        return False
+
+    def reset(self) -> None:
+        self.next_at = 0.0
+
+
+class Master:
+    def __init__(self, options: MasterOptions) -> None:
+        self.options = options
+        self.leadership = Leadership(options.name, options.lease_timeout)
+        self.stopping = threading.Event()
+        self.campaign_timer = Timer(options.campaign_interval)
+        self.renew_timer = Timer(options.renew_interval)
+        self.sweep_timer = Timer(SWEEP_INTERVAL)
+        self.candidate_timer = Timer(options.candidate_interval)
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def step_campaign(self) -> bool:
+        if self.leadership.active or not self.campaign_timer.due():
+            return False
+        if self.leadership.campaign():
+            self.renew_timer.reset()
+            self.sweep_timer.reset()
+            record_candidate(self.options.name, self.leadership)
+            return True
+        return False
+
+    def step_renew(self) -> bool:
+        if not self.leadership.active or not self.renew_timer.due():
+            return False
+        self.leadership.renew()
+        return False
+
+    def step_sweep_members(self) -> bool:
+        if not self.leadership.active or not self.sweep_timer.due():
+            return False
+        return sweep_members(self.leadership.epoch, self.options.heartbeat_timeout) > 0
+
+    def step_candidate(self) -> bool:
+        if self.candidate_timer.due():
+            record_candidate(self.options.name, self.leadership)
+        return False
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run_once(self) -> bool:
+        did = False
+        for step in (
+            self.step_campaign,
+            self.step_renew,
+            self.step_sweep_members,
+            self.step_candidate,
+        ):
+            did = step() or did
+        return did
+
+    def run(self) -> None:
+        log.info(
+            "master %s started (lease %.1fs, heartbeat timeout %.1fs)",
+            self.options.name,
+            self.options.lease_timeout,
+            self.options.heartbeat_timeout,
+        )
+        record_candidate(self.options.name, self.leadership)
+        while not self.stopping.is_set():
+            try:
+                did = self.run_once()
+            except StaleEpoch as exc:
+                self._rejected(exc)
+                continue
+            except (LeadershipLost, DatabaseError, InterfaceError, OSError) as exc:
+                self._lost_database(exc)
+                continue
+            if not did:
+                self.stopping.wait(0.02 if self.leadership.active else 0.05)
+        self.shutdown()
+
+    def _rejected(self, exc: StaleEpoch) -> None:
+        log.error("write rejected by the epoch check: %s; %s steps down", exc, self.options.name)
+        self.leadership.step_down()
+        try:
+            record_candidate(self.options.name, self.leadership, rejected_epoch=exc.mine)
+        except (DatabaseError, InterfaceError):
+            log.warning("could not record the rejection", exc_info=True)
+
+    def _lost_database(self, exc: BaseException) -> None:
+        log.error("database error in master loop: %s", str(exc).strip() or type(exc).__name__)
+        for conn in connections.all():
+            conn.close_if_unusable_or_obsolete()
+        close_old_connections()
+        if self.leadership.active:
+            # Our session may have been ended while we were frozen. Try one write under our
+            # epoch: if someone else leads now it is rejected by the epoch check (and recorded).
+            try:
+                connections["default"].close()
+                self.leadership.renew()
+                return
+            except StaleEpoch as stale:
+                self._rejected(stale)
+                return
+            except Exception:
+                log.warning("cannot confirm leadership; stepping down", exc_info=True)
+                self.leadership.step_down()
+        self.stopping.wait(0.5)
+
+    def shutdown(self) -> None:
+        log.info("master %s stopping", self.options.name)
+        self.leadership.resign()
+        try:
+            record_candidate(self.options.name, self.leadership, state=CandidateState.STOPPED)
+        except (DatabaseError, InterfaceError):
+            log.warning("could not record the stop", exc_info=True)
+
+    def install_signal_handlers(self) -> None:
+        def handle(signum, frame):
+            self.stopping.set()
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)

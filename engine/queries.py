@@ -1,0 +1,65 @@
+"""Read models for the API and the dashboard (no writes here)."""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.db.models import Count, Q, QuerySet
+
+from .models import EngineEvent, Member
+from .states import MemberState, SlotState
+
+MAX_EVENT_PAGE = 500
+
+
+def members() -> QuerySet[Member]:
+    """Members, newest first, with their slot counts."""
+    return Member.objects.annotate(
+        slot_total=Count("slots"),
+        slot_assigned=Count("slots", filter=Q(slots__state=SlotState.ASSIGNED)),
+    ).order_by("-started_at", "-id")
+
+
+def overview() -> dict:
+    """The cluster at a glance, read in one round trip (a consistent snapshot)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT l.holder, l.epoch, l.since, l.expires_at, l.expires_at > now(),
+                   c.member_event_sequence,
+                   (SELECT count(*) FROM engine_member WHERE state = 'ALIVE'),
+                   (SELECT count(*) FROM engine_member WHERE state = 'REMOVED'),
+                   (SELECT count(*) FROM engine_member WHERE state = 'LEFT'),
+                   (SELECT count(*) FROM engine_slot s JOIN engine_member m ON m.id = s.member_id
+                     WHERE m.state = 'ALIVE'),
+                   (SELECT count(*) FROM engine_slot s JOIN engine_member m ON m.id = s.member_id
+                     WHERE m.state = 'ALIVE' AND s.state = 'ASSIGNED')
+              FROM engine_masterlease l CROSS JOIN engine_clusterstate c
+             WHERE l.id = 1 AND c.id = 1
+            """
+        )
+        row = cur.fetchone()
+    (holder, epoch, since, expires_at, valid, sequence, alive, removed, left, total, assigned) = row
+    active = (
+        {"name": holder, "epoch": epoch, "since": since, "leaseExpiresAt": expires_at}
+        if holder and valid
+        else None
+    )
+    return {
+        "activeMaster": active,
+        "epoch": epoch,
+        "members": {"alive": alive, "removed": removed, "left": left},
+        "totalSlot": total,
+        "assignedSlot": assigned,
+        "unassignedSlot": total - assigned,
+        "memberEventSequence": sequence,
+    }
+
+
+def events_after(after: int, limit: int = MAX_EVENT_PAGE) -> list[EngineEvent]:
+    limit = max(1, min(limit, MAX_EVENT_PAGE))
+    return list(
+        EngineEvent.objects.select_related("member").filter(seq__gt=after).order_by("seq")[:limit]
+    )
+
+
+MEMBER_STATES = [s.value for s in MemberState]

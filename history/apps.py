@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class HistoryConfig(AppConfig):
+    name = "history"
+    verbose_name = "History"

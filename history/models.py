@@ -1,0 +1,1 @@
+"""Finished-job history and cleanup records (filled in by the jobs and cleanup issues)."""

@@ -1,0 +1,344 @@
+"""The local cluster behind ``./run cluster``: web, masters and workers as background processes.
+
+The cluster's shape and each process's command line live in ``.var/cluster/cluster.json``; every
+process has ``<name>.pid`` and ``<name>.log`` beside it. ``up`` returns only once the web answers,
+an active master exists and every worker is registered as an ALIVE member.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+
+MANAGE = str(Path(settings.BASE_DIR) / "manage.py")
+
+
+class ClusterError(Exception):
+    """A cluster command failed; the message is for the user, one line."""
+
+
+@dataclass
+class ProcessSpec:
+    name: str
+    argv: list[str]
+    kind: str  # web | master | worker
+
+
+@dataclass
+class ClusterSpec:
+    masters: int = 2
+    workers: int = 2
+    slots: int = 8
+    slot_mode: str = "FIXED"
+    heartbeat_timeout: float = 5.0
+    port: int = 8000
+    processes: list[ProcessSpec] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        masters: int,
+        workers: int,
+        slots: int,
+        slot_mode: str,
+        heartbeat_timeout: float,
+        port: int,
+    ) -> ClusterSpec:
+        spec = cls(masters, workers, slots, slot_mode, heartbeat_timeout, port)
+        py = sys.executable
+        spec.processes.append(ProcessSpec("web", [py, MANAGE, "web", "--port", str(port)], "web"))
+        for i in range(1, masters + 1):
+            spec.processes.append(
+                ProcessSpec(
+                    f"master-{i}",
+                    [
+                        py,
+                        MANAGE,
+                        "master",
+                        "--name",
+                        f"master-{i}",
+                        "--heartbeat-timeout",
+                        str(heartbeat_timeout),
+                    ],
+                    "master",
+                )
+            )
+        mode_flag = "--fixed-slots" if slot_mode == "FIXED" else "--dynamic-slots"
+        for i in range(1, workers + 1):
+            spec.processes.append(
+                ProcessSpec(
+                    f"worker-{i}",
+                    [
+                        py,
+                        MANAGE,
+                        "worker",
+                        "--name",
+                        f"worker-{i}",
+                        "--slots",
+                        str(slots),
+                        mode_flag,
+                    ],
+                    "worker",
+                )
+            )
+        return spec
+
+    def process(self, name: str) -> ProcessSpec:
+        for proc in self.processes:
+            if proc.name == name:
+                return proc
+        names = ", ".join(p.name for p in self.processes)
+        raise ClusterError(f"no process named {name!r} in this cluster (names: {names})")
+
+
+class LocalCluster:
+    def __init__(self, directory: Path | None = None) -> None:
+        self.dir = Path(directory or Path(settings.VAR_DIR) / "cluster")
+
+    # -- files -------------------------------------------------------------------------------
+
+    @property
+    def spec_path(self) -> Path:
+        return self.dir / "cluster.json"
+
+    def pid_path(self, name: str) -> Path:
+        return self.dir / f"{name}.pid"
+
+    def log_path(self, name: str) -> Path:
+        return self.dir / f"{name}.log"
+
+    def load_spec(self) -> ClusterSpec:
+        try:
+            data = json.loads(self.spec_path.read_text())
+        except FileNotFoundError:
+            raise ClusterError("no cluster here: start one with `./run cluster up`") from None
+        procs = [ProcessSpec(**p) for p in data.pop("processes")]
+        return ClusterSpec(**data, processes=procs)
+
+    def save_spec(self, spec: ClusterSpec) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.spec_path.write_text(json.dumps(asdict(spec), indent=2))
+
+    def pid(self, name: str) -> int | None:
+        try:
+            return int(self.pid_path(name).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    # -- processes ---------------------------------------------------------------------------
+
+    @staticmethod
+    def pid_alive(pid: int | None) -> bool:
+        if not pid:
+            return False
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)  # reap our own child if it died
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        state = stat.rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+
+    def alive(self, name: str) -> bool:
+        return self.pid_alive(self.pid(name))
+
+    def status(self) -> list[dict]:
+        spec = self.load_spec()
+        return [
+            {"name": p.name, "kind": p.kind, "pid": self.pid(p.name), "alive": self.alive(p.name)}
+            for p in spec.processes
+        ]
+
+    def spawn(self, proc: ProcessSpec) -> int:
+        if self.alive(proc.name):
+            raise ClusterError(f"{proc.name} is already running (pid {self.pid(proc.name)})")
+        env = dict(os.environ, KEEL_PROCESS_NAME=proc.name, PYTHONUNBUFFERED="1")
+        env.setdefault("DATABASE_URL", settings.DATABASE_URL)
+        env.setdefault("REDIS_URL", settings.REDIS_URL)
+        env.setdefault("KEEL_VAR_DIR", str(settings.VAR_DIR))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path(proc.name), "ab") as log:
+            child = subprocess.Popen(
+                proc.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=settings.BASE_DIR,
+                start_new_session=True,
+            )
+        self.pid_path(proc.name).write_text(str(child.pid))
+        return child.pid
+
+    def signal(self, name: str, signum: int) -> int:
+        self.load_spec().process(name)
+        pid = self.pid(name)
+        if not self.pid_alive(pid):
+            raise ClusterError(f"{name} is not running")
+        os.kill(pid, signum)
+        return pid
+
+    def wait_exit(self, name: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive(name):
+                return True
+            time.sleep(0.05)
+        return not self.alive(name)
+
+    # -- readiness ---------------------------------------------------------------------------
+
+    def ready(self, proc: ProcessSpec, spec: ClusterSpec) -> bool:
+        from engine.models import MasterCandidate, Member
+        from engine.states import MemberState
+
+        pid = self.pid(proc.name)
+        if proc.kind == "web":
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{spec.port}/healthz", timeout=2
+                ) as resp:
+                    return resp.status == 200
+            except (urllib.error.URLError, OSError):
+                return False
+        if proc.kind == "master":
+            return MasterCandidate.objects.filter(name=proc.name, pid=pid).exists()
+        return Member.objects.filter(name=proc.name, pid=pid, state=MemberState.ALIVE).exists()
+
+    def has_active_master(self, spec: ClusterSpec) -> bool:
+        from engine.queries import overview
+
+        active = overview()["activeMaster"]
+        return bool(active and active["name"] in {p.name for p in spec.processes})
+
+    def wait_ready(self, spec: ClusterSpec, names: list[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending = [spec.process(n) for n in names]
+        need_master = any(p.kind == "master" for p in pending)
+        while True:
+            for proc in list(pending):
+                if not self.alive(proc.name):
+                    raise ClusterError(
+                        f"{proc.name} exited during start-up; see {self.log_path(proc.name)}:"
+                        f" {self.last_log_line(proc.name)}"
+                    )
+                if self.ready(proc, spec):
+                    pending.remove(proc)
+            if need_master and not pending and self.has_active_master(spec):
+                need_master = False
+            if not pending and not need_master:
+                return
+            if time.monotonic() > deadline:
+                waiting = [p.name for p in pending] + (["an active master"] if need_master else [])
+                raise ClusterError(
+                    f"cluster not ready after {timeout:.0f}s: waiting for "
+                    f"{', '.join(waiting)} (logs in {self.dir})"
+                )
+            time.sleep(0.1)
+
+    def last_log_line(self, name: str) -> str:
+        try:
+            lines = [ln for ln in self.log_path(name).read_text().splitlines() if ln.strip()]
+        except FileNotFoundError:
+            return "(no log)"
+        return lines[-1] if lines else "(empty log)"
+
+    # -- commands ----------------------------------------------------------------------------
+
+    def up(self, spec: ClusterSpec, timeout: float = 90.0) -> None:
+        if self.spec_path.exists():
+            running = [p["name"] for p in self.status() if p["alive"]]
+            if running:
+                raise ClusterError(
+                    f"a cluster is already running here ({', '.join(running)}): "
+                    "`./run cluster down` first"
+                )
+        self.save_spec(spec)
+        for proc in spec.processes:
+            self.pid_path(proc.name).unlink(missing_ok=True)
+        try:
+            for proc in spec.processes:
+                self.spawn(proc)
+            self.wait_ready(spec, [p.name for p in spec.processes], timeout)
+        except BaseException:
+            self.down()
+            raise
+        write_api_token(Path(settings.VAR_DIR))
+
+    def start(self, name: str, timeout: float = 60.0) -> int:
+        spec = self.load_spec()
+        proc = spec.process(name)
+        pid = self.spawn(proc)
+        self.wait_ready(spec, [name], timeout)
+        return pid
+
+    def down(self, timeout: float = 20.0) -> None:
+        spec = self.load_spec()
+        # Workers first (they leave cleanly), then masters, then the web.
+        order = sorted(spec.processes, key=lambda p: {"worker": 0, "master": 1, "web": 2}[p.kind])
+        for proc in order:
+            pid = self.pid(proc.name)
+            if self.pid_alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in order:
+            self.wait_exit(proc.name, max(deadline - time.monotonic(), 0.1))
+            pid = self.pid(proc.name)
+            if self.pid_alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                self.wait_exit(proc.name, 5)
+            self.pid_path(proc.name).unlink(missing_ok=True)
+
+
+ADMIN_USERNAME = "admin"
+
+
+def ensure_admin(var_dir: Path) -> tuple[str, str, str]:
+    """A local admin user with a random password and an API token (both kept mode 600)."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    user_model = get_user_model()
+    password_file = var_dir / "admin-password"
+    user, created = user_model.objects.get_or_create(
+        username=ADMIN_USERNAME, defaults={"is_staff": True, "is_superuser": True}
+    )
+    if created or not password_file.exists():
+        password = secrets.token_urlsafe(12)
+        user.set_password(password)
+        user.is_staff = user.is_superuser = True
+        user.save()
+        _write_private(password_file, password)
+    password = password_file.read_text().strip()
+    token, _ = Token.objects.get_or_create(user=user)
+    return ADMIN_USERNAME, password, token.key
+
+
+def write_api_token(var_dir: Path) -> str:
+    _, _, key = ensure_admin(var_dir)
+    _write_private(var_dir / "api-token", key)
+    return key
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text + "\n")
+    os.chmod(path, 0o600)

@@ -1,0 +1,91 @@
+"""Reaching PostgreSQL and Redis, and saying clearly when they cannot be reached.
+
+Every command checks its services first and, when one is down, prints one line naming the URL
+(password masked) and how to start the service, then exits non-zero: never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from urllib.parse import urlsplit, urlunsplit
+
+EXIT_SERVICE_DOWN = 2
+
+POSTGRES_HINT = (
+    "start it (e.g. `pg_ctlcluster --skip-systemctl-redirect 15 main start`) or set DATABASE_URL"
+)
+REDIS_HINT = "start it (e.g. `redis-server --daemonize yes --port 6379`) or set REDIS_URL"
+
+
+class ServiceUnavailable(Exception):
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = (parts.username or "") + ":***"
+    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1].strip() if text else type(exc).__name__
+
+
+def check_postgres(url: str, timeout: float = 3.0) -> None:
+    import psycopg
+
+    parts = urlsplit(url)
+    try:
+        conn = psycopg.connect(
+            host=parts.hostname or None,
+            port=parts.port or None,
+            dbname=parts.path.lstrip("/") or None,
+            user=parts.username or None,
+            password=parts.password or None,
+            connect_timeout=max(int(timeout), 1),
+        )
+    except psycopg.Error as exc:
+        reason = _first_line(exc)
+        if "does not exist" in reason and "database" in reason:
+            raise ServiceUnavailable(
+                f"error: PostgreSQL at {mask_url(url)} answers, but {reason}: "
+                "run `./run` (it creates and migrates the database) or set DATABASE_URL"
+            ) from None
+        raise ServiceUnavailable(
+            f"error: cannot reach PostgreSQL at {mask_url(url)} ({reason}): {POSTGRES_HINT}"
+        ) from None
+    conn.close()
+
+
+def check_redis(url: str, timeout: float = 3.0) -> None:
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+        client.ping()
+        client.close()
+    except (redis.RedisError, OSError, ValueError) as exc:
+        raise ServiceUnavailable(
+            f"error: cannot reach Redis at {mask_url(url)} ({_first_line(exc)}): {REDIS_HINT}"
+        ) from None
+
+
+def require_services(*, postgres: bool = True, redis: bool = True) -> None:
+    """Check the configured services; print one line and exit non-zero if one is down."""
+    from django.conf import settings
+
+    try:
+        if postgres:
+            check_postgres(settings.DATABASE_URL)
+        if redis:
+            check_redis(settings.REDIS_URL)
+    except ServiceUnavailable as exc:
+        print(exc.line, file=sys.stderr)
+        sys.exit(EXIT_SERVICE_DOWN)

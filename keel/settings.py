@@ -1,0 +1,212 @@
+"""Django settings for Keel.
+
+Everything comes from environment variables with working local defaults, so a fresh clone runs
+with `./run demo`. Production (``KEEL_PRODUCTION=1``) refuses to start without a real secret key
+and turns on the transport-security settings that ``manage.py check --deploy`` asks for.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("KEEL_VAR_DIR", BASE_DIR / ".var"))
+
+PRODUCTION = os.environ.get("KEEL_PRODUCTION", "") == "1"
+DEBUG = os.environ.get("DJANGO_DEBUG", "0" if PRODUCTION else "1") == "1"
+
+DEFAULT_DATABASE_URL = "postgres://127.0.0.1:5432/keel"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DATABASE_URL = os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL)
+REDIS_URL = os.environ.get("REDIS_URL", DEFAULT_REDIS_URL)
+
+#: The name of this OS process inside the cluster (``master-1``, ``worker-2``, ``web``); it
+#: becomes the PostgreSQL ``application_name`` so sessions can be told apart in pg_stat_activity.
+PROCESS_NAME = os.environ.get("KEEL_PROCESS_NAME", "keel")
+
+
+def _secret_key() -> str:
+    key = os.environ.get("DJANGO_SECRET_KEY")
+    if key:
+        return key
+    if PRODUCTION:
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when KEEL_PRODUCTION=1")
+    # Local development: a random key kept (mode 600) under .var/, never committed.
+    path = VAR_DIR / "secret-key"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_urlsafe(50)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(key)
+        return key
+    except OSError:
+        return secrets.token_urlsafe(50)
+
+
+SECRET_KEY = _secret_key()
+
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",")
+    if h.strip()
+]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "channels",
+    "engine",
+    "history",
+    "dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "keel.urls"
+ASGI_APPLICATION = "keel.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+_db["OPTIONS"] = {
+    "application_name": f"keel:{PROCESS_NAME}",
+    # TCP keepalives: a half-open connection (peer vanished without FIN) is noticed in seconds,
+    # so it cannot keep a session advisory lock (leadership, membership) alive for long.
+    "keepalives": 1,
+    "keepalives_idle": 2,
+    "keepalives_interval": 1,
+    "keepalives_count": 3,
+    "connect_timeout": 3,
+}
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "EXCEPTION_HANDLER": "engine.api.errors.exception_handler",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Keel API",
+    "DESCRIPTION": "Fault-tolerant data-integration engine: cluster, jobs and recovery state.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    }
+}
+
+# Celery: Redis broker. Commands to one member travel on ``member.<name>``; durable control
+# steps on ``control`` (acks_late, and always backed by a PostgreSQL row — see engine/tasks.py).
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "control"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
+CELERY_RESULT_EXPIRES = 3600
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+#: Engine options (``engine.*``); each can be overridden by the process's command-line flags.
+ENGINE = {
+    "heartbeat-interval": float(os.environ.get("KEEL_HEARTBEAT_INTERVAL", "1.0")),
+    "heartbeat-timeout": float(os.environ.get("KEEL_HEARTBEAT_TIMEOUT", "5.0")),
+    "master-lease-timeout": float(os.environ.get("KEEL_MASTER_LEASE_TIMEOUT", "3.0")),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+    "loggers": {
+        "django": {"level": "WARNING"},
+        "celery": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+    },
+}
+
+if PRODUCTION:
+    SECURE_SSL_REDIRECT = os.environ.get("KEEL_SSL_REDIRECT", "1") == "1"
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("KEEL_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    X_FRAME_OPTIONS = "DENY"
