@@ -8,18 +8,26 @@ import sys
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "keel.settings")
     from django.core.management import execute_from_command_line
-    from django.db import OperationalError
+    from django.db import InterfaceError, OperationalError
+    from kombu.exceptions import OperationalError as BrokerError
+    from redis.exceptions import ConnectionError as RedisConnectionError
 
     try:
         execute_from_command_line(sys.argv)
-    except OperationalError as exc:
+    except (OperationalError, InterfaceError) as exc:
         # A service went away mid-command: one clear line, no traceback.
         from django.conf import settings
 
-        from keel.services import EXIT_SERVICE_DOWN, mask_url
+        from keel.services import EXIT_SERVICE_DOWN, postgres_error_line
 
-        reason = (str(exc).strip().splitlines() or ["database error"])[-1]
-        print(f"error: PostgreSQL at {mask_url(settings.DATABASE_URL)}: {reason}", file=sys.stderr)
+        print(postgres_error_line(settings.DATABASE_URL, exc), file=sys.stderr)
+        sys.exit(EXIT_SERVICE_DOWN)
+    except (BrokerError, RedisConnectionError) as exc:
+        from django.conf import settings
+
+        from keel.services import EXIT_SERVICE_DOWN, redis_error_line
+
+        print(redis_error_line(settings.REDIS_URL, exc), file=sys.stderr)
         sys.exit(EXIT_SERVICE_DOWN)
 
 

@@ -43,7 +43,7 @@ def createdb(url: str) -> None:
     if not name:
         raise ServiceUnavailable(f"error: DATABASE_URL {mask_url(url)} names no database")
     maintenance = urlunsplit(parts._replace(path="/postgres"))
-    check_postgres(maintenance)
+    check_postgres(maintenance, display_url=url)
     with psycopg.connect(
         host=parts.hostname,
         port=parts.port,

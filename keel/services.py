@@ -34,11 +34,30 @@ def mask_url(url: str) -> str:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[-1].strip() if text else type(exc).__name__
+    """The gist of a driver error: ``Connection refused`` rather than three lines of libpq."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    return lines[0].rsplit(" failed: ", 1)[-1]
 
 
-def check_postgres(url: str, timeout: float = 3.0) -> None:
+def postgres_error_line(url: str, exc: BaseException) -> str:
+    """The one line shown when PostgreSQL at ``url`` fails with ``exc``."""
+    reason = _first_line(exc)
+    if "does not exist" in reason and "database" in reason:
+        return (
+            f"error: PostgreSQL at {mask_url(url)} answers, but {reason}: "
+            "run `./run` (it creates and migrates the database) or set DATABASE_URL"
+        )
+    return f"error: cannot reach PostgreSQL at {mask_url(url)} ({reason}): {POSTGRES_HINT}"
+
+
+def redis_error_line(url: str, exc: BaseException) -> str:
+    return f"error: cannot reach Redis at {mask_url(url)} ({_first_line(exc)}): {REDIS_HINT}"
+
+
+def check_postgres(url: str, timeout: float = 3.0, display_url: str | None = None) -> None:
+    """Connect once to ``url``; errors name ``display_url`` (the URL the user configured)."""
     import psycopg
 
     parts = urlsplit(url)
@@ -52,15 +71,7 @@ def check_postgres(url: str, timeout: float = 3.0) -> None:
             connect_timeout=max(int(timeout), 1),
         )
     except psycopg.Error as exc:
-        reason = _first_line(exc)
-        if "does not exist" in reason and "database" in reason:
-            raise ServiceUnavailable(
-                f"error: PostgreSQL at {mask_url(url)} answers, but {reason}: "
-                "run `./run` (it creates and migrates the database) or set DATABASE_URL"
-            ) from None
-        raise ServiceUnavailable(
-            f"error: cannot reach PostgreSQL at {mask_url(url)} ({reason}): {POSTGRES_HINT}"
-        ) from None
+        raise ServiceUnavailable(postgres_error_line(display_url or url, exc)) from None
     conn.close()
 
 
@@ -72,9 +83,7 @@ def check_redis(url: str, timeout: float = 3.0) -> None:
         client.ping()
         client.close()
     except (redis.RedisError, OSError, ValueError) as exc:
-        raise ServiceUnavailable(
-            f"error: cannot reach Redis at {mask_url(url)} ({_first_line(exc)}): {REDIS_HINT}"
-        ) from None
+        raise ServiceUnavailable(redis_error_line(url, exc)) from None
 
 
 def require_services(*, postgres: bool = True, redis: bool = True) -> None:

@@ -1,0 +1,257 @@
+"""Real local clusters for tests and benchmarks: each in its own database, Redis db and port.
+
+A cluster is started with the user's own command (``./run cluster up``) against a database
+cloned from a migrated template, and torn down with ``./run cluster down``. Helpers poll with a
+deadline; nothing here sleeps to synchronise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+RUN = str(ROOT / "run")
+SERVER_URL = os.environ.get("KEEL_TEST_SERVER_URL", "postgres://127.0.0.1:5432")
+REDIS_BASE = os.environ.get("KEEL_TEST_REDIS_URL", "redis://127.0.0.1:6379")
+T = TypeVar("T")
+
+
+def wait_for(
+    predicate: Callable[[], T], timeout: float, interval: float = 0.01, what: str = "condition"
+) -> T:
+    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def admin_conn() -> psycopg.Connection:
+    return psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True)
+
+
+class DatabaseTemplate:
+    """A migrated database that clusters clone (``CREATE DATABASE ... TEMPLATE``): fast."""
+
+    def __init__(self) -> None:
+        self.name = f"keel_tpl_{os.getpid()}"
+        self._counter = itertools.count(1)
+        with admin_conn() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{self.name}"')
+        env = dict(os.environ, DATABASE_URL=f"{SERVER_URL}/{self.name}")
+        subprocess.run(
+            [PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True
+        )
+        self.clones: list[str] = []
+
+    def clone(self) -> str:
+        name = f"keel_c_{os.getpid()}_{next(self._counter)}"
+        with admin_conn() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.name}"')
+        self.clones.append(name)
+        return name
+
+    def drop_all(self) -> None:
+        with admin_conn() as conn:
+            for name in [*self.clones, self.name]:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+_redis_db = itertools.cycle(range(8, 16))
+
+
+class Cluster:
+    """One running local cluster and the ways a test looks at and hurts it."""
+
+    def __init__(
+        self,
+        template: DatabaseTemplate,
+        *,
+        masters: int = 2,
+        workers: int = 2,
+        slots: int = 8,
+        heartbeat_timeout: float = 3.0,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.db_name = template.clone()
+        self.database_url = f"{SERVER_URL}/{self.db_name}"
+        redis_index = next(_redis_db)
+        self.redis_url = f"{REDIS_BASE}/{redis_index}"
+        redis.Redis.from_url(self.redis_url).flushdb()
+        self.port = free_port()
+        self.var_dir = Path(tempfile.mkdtemp(prefix="keel-cluster-"))
+        self.masters, self.workers, self.slots = masters, workers, slots
+        self.heartbeat_timeout = heartbeat_timeout
+        self.env = dict(
+            os.environ,
+            DATABASE_URL=self.database_url,
+            REDIS_URL=self.redis_url,
+            KEEL_VAR_DIR=str(self.var_dir),
+        )
+        self.up_args = (
+            "--masters",
+            str(masters),
+            "--workers",
+            str(workers),
+            "--slots",
+            str(slots),
+            "--heartbeat-timeout",
+            str(heartbeat_timeout),
+            "--port",
+            str(self.port),
+            *extra_args,
+        )
+        self._db: psycopg.Connection | None = None
+
+    # -- commands (the user's interface) -----------------------------------------------------
+
+    def run(
+        self, *args: str, check: bool = True, timeout: float = 180
+    ) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            [RUN, *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"./run {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+            )
+        return proc
+
+    def up(self) -> Cluster:
+        self.run("cluster", "up", *self.up_args)
+        return self
+
+    def down(self) -> None:
+        pids = self.pids()
+        with contextlib.suppress(Exception):
+            self.run("cluster", "down", check=False, timeout=60)
+        # Belt and braces: nothing of ours may outlive the test session.
+        for pid in pids.values():
+            if pid and pid_alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        if self._db is not None:
+            self._db.close()
+
+    def status(self) -> list[dict]:
+        return json.loads(self.run("cluster", "status").stdout)
+
+    def start(self, name: str) -> None:
+        self.run("cluster", "start", name)
+
+    # -- direct access -----------------------------------------------------------------------
+
+    def pids(self) -> dict[str, int | None]:
+        out = {}
+        for path in (self.var_dir / "cluster").glob("*.pid"):
+            with contextlib.suppress(ValueError, FileNotFoundError):
+                out[path.stem] = int(path.read_text().strip())
+        return out
+
+    def pid(self, name: str) -> int:
+        return self.pids()[name]
+
+    def signal(self, name: str, signum: int) -> int:
+        pid = self.pid(name)
+        os.kill(pid, signum)
+        return pid
+
+    def alive(self, name: str) -> bool:
+        pid = self.pids().get(name)
+        return bool(pid) and pid_alive(pid)
+
+    def log(self, name: str) -> str:
+        return (self.var_dir / "cluster" / f"{name}.log").read_text(errors="replace")
+
+    @property
+    def db(self) -> psycopg.Connection:
+        if self._db is None or self._db.closed:
+            self._db = psycopg.connect(self.database_url, autocommit=True)
+        return self._db
+
+    def query(self, sql: str, params: Any = None) -> list[tuple]:
+        return self.db.execute(sql, params).fetchall()
+
+    def one(self, sql: str, params: Any = None) -> Any:
+        row = self.db.execute(sql, params).fetchone()
+        return row[0] if row and len(row) == 1 else row
+
+    def lease(self) -> tuple[int, str, bool]:
+        """(epoch, holder, lease valid now)."""
+        return self.db.execute(
+            "SELECT epoch, holder, expires_at > now() FROM engine_masterlease WHERE id = 1"
+        ).fetchone()
+
+    def active_master(self) -> tuple[int, str] | None:
+        epoch, holder, valid = self.lease()
+        return (epoch, holder) if holder and valid else None
+
+    def member_event_sequence(self) -> int:
+        return self.one("SELECT member_event_sequence FROM engine_clusterstate WHERE id = 1")
+
+    @property
+    def token(self) -> str:
+        return (self.var_dir / "api-token").read_text().strip()
+
+    def api(self, path: str, token: str | None = None, anonymous: bool = False) -> tuple[int, Any]:
+        """GET ``path``; with the admin token unless ``token`` is given or ``anonymous``."""
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}")
+        if token is None and not anonymous:
+            token = self.token
+        if token:
+            request.add_header("Authorization", f"Token {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+                body = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as exc:
+            body, status = exc.read(), exc.code
+        try:
+            return status, json.loads(body)
+        except ValueError:
+            return status, body.decode(errors="replace")
+
+    def restore(self) -> None:
+        """Start every process of the cluster that is not running (between destructive tests)."""
+        for proc in self.status():
+            if not proc["alive"]:
+                self.start(proc["name"])
+
+
+def pid_alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
