@@ -7,6 +7,7 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "keel.settings")
+    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
     from django.db import InterfaceError, OperationalError
     from kombu.exceptions import OperationalError as BrokerError
@@ -14,6 +15,9 @@ def main() -> None:
 
     try:
         execute_from_command_line(sys.argv)
+    except ImproperlyConfigured as exc:
+        print(f"error: configuration: {exc}", file=sys.stderr)
+        sys.exit(2)
     except (OperationalError, InterfaceError) as exc:
         # A service went away mid-command: one clear line, no traceback.
         from django.conf import settings

@@ -1,0 +1,55 @@
+"""The operator's view in a real browser (Debian's chromium driven by Playwright)."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+
+import pytest
+
+from tests.clusterkit import wait_for
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync"],
+        )
+        yield browser
+        browser.close()
+
+
+def test_operator_logs_in_and_watches_a_worker_die(healthy, browser):
+    password = (healthy.var_dir / "admin-password").read_text().strip()
+    page = browser.new_page()
+    base = f"http://127.0.0.1:{healthy.port}"
+    page.goto(f"{base}/")
+    assert "/accounts/login/" in page.url
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_selector("table.members")
+    _, holder = healthy.active_master()
+    assert holder in page.inner_text(".cards")
+    rows = page.locator("table.members tbody tr.state-alive")
+    assert rows.count() == 2
+
+    worker_uuid = healthy.one(
+        "SELECT uuid::text FROM engine_member WHERE name = 'worker-1' AND state = 'ALIVE'"
+    )
+    healthy.signal("worker-1", signal.SIGKILL)
+    # The page refreshes itself (htmx); the killed member turns REMOVED without a reload.
+    row = page.locator("tr", has_text=worker_uuid)
+    wait_for(lambda: "REMOVED" in row.inner_text(), 15, interval=0.2,
+             what="the dashboard to show the worker REMOVED")
+    page.screenshot(path=str(healthy.var_dir / "dashboard.png"))
+    page.close()
