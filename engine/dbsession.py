@@ -11,6 +11,11 @@ import psycopg
 from django.conf import settings
 from django.db.backends.signals import connection_created
 
+#: Server-side keepalives too: the *server* must notice a vanished client to free its locks.
+SERVER_KEEPALIVES = (
+    "-c tcp_keepalives_idle=2 -c tcp_keepalives_interval=1 -c tcp_keepalives_count=3"
+)
+
 #: Engine processes must never sit in a transaction for long: a frozen process would otherwise
 #: keep row locks (and block a takeover) until someone noticed. PostgreSQL ends such sessions.
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 5000
@@ -31,6 +36,7 @@ def connect_dedicated(application_name: str) -> psycopg.Connection:
         keepalives_interval=opts.get("keepalives_interval", 1),
         keepalives_count=opts.get("keepalives_count", 3),
         connect_timeout=opts.get("connect_timeout", 3),
+        options=SERVER_KEEPALIVES,
         autocommit=True,
     )
 

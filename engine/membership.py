@@ -29,7 +29,7 @@ from .fencing import fenced
 from .locks import EVENT_APPEND, MEMBER_NAMESPACE, member_lock_key
 from .models import ClusterState, Member
 from .protocol import PROTOCOL_VERSION
-from .states import MemberState, SlotMode
+from .states import MEMBER_TRANSITIONS, MemberState, SlotMode, check_transition
 
 log = logging.getLogger("keel.membership")
 
@@ -151,40 +151,42 @@ def _bump_member_event_sequence() -> int:
     return ClusterState.objects.values_list("member_event_sequence", flat=True).get(id=1)
 
 
+def _end_membership(
+    member_id: int, state: str, kind: str, reason: str, epoch: int | None = None
+) -> Member | None:
+    """ALIVE -> ``state`` with the sequence bump and the event, inside the caller's transaction.
+
+    Returns the member if this call ended it, None if it was already ended (a no-op).
+    """
+    check_transition(MEMBER_TRANSITIONS, MemberState.ALIVE, state)
+    changed = Member.objects.filter(id=member_id, state=MemberState.ALIVE).update(
+        state=state, ended_at=Now(), end_reason=reason
+    )
+    if changed != 1:
+        return None
+    seq = _bump_member_event_sequence()
+    member = Member.objects.get(id=member_id)
+    append_event(
+        kind,
+        member=member,
+        epoch=epoch,
+        payload=_member_payload(member, reason=reason, member_event_sequence=seq),
+    )
+    return member
+
+
 def leave(member_id: int, reason: str = "graceful shutdown") -> bool:
     """A member says it is stopping (SIGTERM): LEFT at once. True if this call made it LEFT."""
     with transaction.atomic():
-        changed = Member.objects.filter(id=member_id, state=MemberState.ALIVE).update(
-            state=MemberState.LEFT, ended_at=Now(), end_reason=reason
-        )
-        if changed != 1:
-            return False
-        seq = _bump_member_event_sequence()
-        member = Member.objects.get(id=member_id)
-        append_event(
-            "member.left",
-            member=member,
-            payload=_member_payload(member, reason=reason, member_event_sequence=seq),
-        )
-    return True
+        return _end_membership(member_id, MemberState.LEFT, "member.left", reason) is not None
 
 
 def remove_member(epoch: int, member_id: int, reason: str) -> bool:
     """Active master: mark a member REMOVED. Fenced by ``epoch``; exactly once per member."""
     with fenced(epoch):
-        changed = Member.objects.filter(id=member_id, state=MemberState.ALIVE).update(
-            state=MemberState.REMOVED, ended_at=Now(), end_reason=reason
-        )
-        if changed != 1:
-            return False
-        seq = _bump_member_event_sequence()
-        member = Member.objects.get(id=member_id)
-        append_event(
-            "member.removed",
-            member=member,
-            epoch=epoch,
-            payload=_member_payload(member, reason=reason, member_event_sequence=seq),
-        )
+        member = _end_membership(member_id, MemberState.REMOVED, "member.removed", reason, epoch)
+    if member is None:
+        return False
     log.warning("member %s (%s) REMOVED: %s", member.name, member.uuid, reason)
     _end_member_sessions(member.uuid)
     return True

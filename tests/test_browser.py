@@ -20,9 +20,15 @@ def browser():
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
             executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync"],
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
         )
         yield browser
         browser.close()
@@ -49,7 +55,11 @@ def test_operator_logs_in_and_watches_a_worker_die(healthy, browser):
     healthy.signal("worker-1", signal.SIGKILL)
     # The page refreshes itself (htmx); the killed member turns REMOVED without a reload.
     row = page.locator("tr", has_text=worker_uuid)
-    wait_for(lambda: "REMOVED" in row.inner_text(), 15, interval=0.2,
-             what="the dashboard to show the worker REMOVED")
+    wait_for(
+        lambda: "REMOVED" in row.inner_text(),
+        15,
+        interval=0.2,
+        what="the dashboard to show the worker REMOVED",
+    )
     page.screenshot(path=str(healthy.var_dir / "dashboard.png"))
     page.close()

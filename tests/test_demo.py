@@ -20,11 +20,22 @@ def test_demo_runs_until_ctrl_c_and_stops_everything(db_template):
     var_dir = tempfile.mkdtemp(prefix="keel-demo-")
     redis_url = "redis://127.0.0.1:6379/7"
     redis.Redis.from_url(redis_url).flushdb()
-    env = dict(os.environ, DATABASE_URL=f"{SERVER_URL}/{db_template.clone()}",
-               REDIS_URL=redis_url, KEEL_VAR_DIR=var_dir, PYTHONUNBUFFERED="1")
-    demo = subprocess.Popen([RUN, "demo", "--port", str(port)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    env = dict(
+        os.environ,
+        DATABASE_URL=f"{SERVER_URL}/{db_template.clone()}",
+        REDIS_URL=redis_url,
+        KEEL_VAR_DIR=var_dir,
+        PYTHONUNBUFFERED="1",
+    )
+    demo = subprocess.Popen(
+        [RUN, "demo", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     output = []
     try:
         for line in demo.stdout:
@@ -35,8 +46,9 @@ def test_demo_runs_until_ctrl_c_and_stops_everything(db_template):
         assert f"http://127.0.0.1:{port}/" in text, text
         token = re.search(r"API token:\s+(\w+)", text).group(1)
         assert re.search(r"Login:\s+admin / \S+", text)
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/overview",
-                                         headers={"Authorization": f"Token {token}"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/v1/overview", headers={"Authorization": f"Token {token}"}
+        )
         with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
             overview = json.loads(resp.read())
         assert overview["members"]["alive"] == 3 and overview["activeMaster"]

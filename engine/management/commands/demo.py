@@ -24,10 +24,14 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         require_services()
         cluster = LocalCluster()
-        spec = ClusterSpec.build(masters=opts["masters"], workers=opts["workers"],
-                                 slots=opts["slots"], slot_mode="FIXED",
-                                 heartbeat_timeout=settings.ENGINE["heartbeat-timeout"],
-                                 port=opts["port"])
+        spec = ClusterSpec.build(
+            masters=opts["masters"],
+            workers=opts["workers"],
+            slots=opts["slots"],
+            slot_mode="FIXED",
+            heartbeat_timeout=settings.ENGINE["heartbeat-timeout"],
+            port=opts["port"],
+        )
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
@@ -38,20 +42,22 @@ class Command(BaseCommand):
         try:
             username, password, token = ensure_admin(cluster.dir.parent)
             self.stdout.write(
-                "\n".join([
-                    "",
-                    "Keel demo cluster is up.",
-                    f"  Dashboard:  http://127.0.0.1:{spec.port}/",
-                    f"  Login:      {username} / {password}",
-                    f"  API token:  {token}   (also in {cluster.dir.parent / 'api-token'})",
-                    f"  Try:        curl -H 'Authorization: Token {token}' "
-                    f"http://127.0.0.1:{spec.port}/api/v1/overview",
-                    f"  Processes:  {', '.join(p.name for p in spec.processes)} "
-                    f"(logs in {cluster.dir})",
-                    "  Job submission arrives with the jobs issue; examples are in examples/.",
-                    "Press Ctrl-C to stop everything.",
-                    "",
-                ])
+                "\n".join(
+                    [
+                        "",
+                        "Keel demo cluster is up.",
+                        f"  Dashboard:  http://127.0.0.1:{spec.port}/",
+                        f"  Login:      {username} / {password}",
+                        f"  API token:  {token}   (also in {cluster.dir.parent / 'api-token'})",
+                        f"  Try:        curl -H 'Authorization: Token {token}' "
+                        f"http://127.0.0.1:{spec.port}/api/v1/overview",
+                        f"  Processes:  {', '.join(p.name for p in spec.processes)} "
+                        f"(logs in {cluster.dir})",
+                        "  Job submission arrives with the jobs issue; examples are in examples/.",
+                        "Press Ctrl-C to stop everything.",
+                        "",
+                    ]
+                )
             )
             self.stdout.flush()
             while not stop.wait(1.0):
