@@ -8,6 +8,7 @@ Runs without Django (it must work before the database exists):
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -27,10 +28,11 @@ from keel.services import (
 
 ROOT = Path(__file__).resolve().parent.parent
 VAR = Path(os.environ.get("KEEL_VAR_DIR", ROOT / ".var"))
-DEFAULT_DATABASE_URL = "postgres://127.0.0.1:5432/keel"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-EMBEDDED_PG_PORT = 54329
-EMBEDDED_REDIS_PORT = 63799
+# Where the defaults are looked for, and the embedded ports (overridable for tests).
+DEFAULT_DATABASE_URL = os.environ.get("KEEL_DEFAULT_DATABASE_URL", "postgres://127.0.0.1:5432/keel")
+DEFAULT_REDIS_URL = os.environ.get("KEEL_DEFAULT_REDIS_URL", "redis://127.0.0.1:6379/0")
+EMBEDDED_PG_PORT = int(os.environ.get("KEEL_EMBEDDED_PG_PORT", "54329"))
+EMBEDDED_REDIS_PORT = int(os.environ.get("KEEL_EMBEDDED_REDIS_PORT", "63799"))
 
 
 def createdb(url: str) -> None:
@@ -79,11 +81,13 @@ def _answers_redis(url: str) -> bool:
 
 
 def _find(program: str) -> str | None:
-    found = shutil.which(program)
-    if found:
-        return found
-    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{program}"), reverse=True)
-    return candidates[0] if candidates else None
+    """The newest installed PostgreSQL's own binary, else whatever PATH has."""
+    candidates = sorted(
+        glob.glob(f"/usr/lib/postgresql/*/bin/{program}"),
+        key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0,
+        reverse=True,
+    )
+    return candidates[0] if candidates else shutil.which(program)
 
 
 def _as_postgres_user(argv: list[str]) -> list[str]:
@@ -111,7 +115,17 @@ def start_embedded_postgres() -> str:
             shutil.chown(data, user="postgres")
         subprocess.run(
             _as_postgres_user(
-                [initdb, "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"]
+                [
+                    initdb,
+                    "-D",
+                    str(data),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                ]
             ),
             check=True,
             stdout=subprocess.DEVNULL,
@@ -179,17 +193,36 @@ def start_embedded_redis() -> str:
 
 def embedded_env() -> list[str]:
     """``export`` lines for services that had to be started privately (none if defaults work)."""
-    lines = []
+    lines, started = [], []
     if "DATABASE_URL" not in os.environ and not _answers_postgres(DEFAULT_DATABASE_URL):
         lines.append(f"export DATABASE_URL={start_embedded_postgres()}")
+        started.append("postgres")
         print(
             "PostgreSQL was not answering: started a private one under .var/postgres",
             file=sys.stderr,
         )
     if "REDIS_URL" not in os.environ and not _answers_redis(DEFAULT_REDIS_URL):
         lines.append(f"export REDIS_URL={start_embedded_redis()}")
+        started.append("redis")
         print("Redis was not answering: started a private one under .var/redis", file=sys.stderr)
+    if started:
+        lines.append(f"export KEEL_EMBEDDED_STARTED='{' '.join(started)}'")
     return lines
+
+
+def stop_embedded(started: list[str]) -> None:
+    """Stop the private services this run started (the demo stops everything it started)."""
+    if "postgres" in started and (pg_ctl := _find("pg_ctl")):
+        subprocess.run(
+            _as_postgres_user([pg_ctl, "-D", str(VAR / "postgres"), "-m", "fast", "-w", "stop"]),
+            stdout=subprocess.DEVNULL,
+            check=False,
+        )
+    if "redis" in started:
+        import redis
+
+        with contextlib.suppress(redis.RedisError):
+            redis.Redis(host="127.0.0.1", port=EMBEDDED_REDIS_PORT).shutdown(nosave=True)
 
 
 def main(argv: list[str]) -> int:
@@ -199,6 +232,8 @@ def main(argv: list[str]) -> int:
             check_redis(os.environ.get("REDIS_URL", DEFAULT_REDIS_URL))
         elif argv[:1] == ["embedded-env"]:
             print("\n".join(embedded_env()))
+        elif argv[:1] == ["stop-embedded"]:
+            stop_embedded(argv[1:])
         else:
             print(__doc__, file=sys.stderr)
             return 64

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import tempfile
 import urllib.request
+from pathlib import Path
 
 import redis
 
@@ -60,3 +61,51 @@ def test_demo_runs_until_ctrl_c_and_stops_everything(db_template):
     assert demo.returncode == 0, rest
     assert "demo stopped" in rest
     wait_for(lambda: not any(pid_alive(p) for p in pids), 30, what="every demo process to stop")
+
+
+def test_demo_starts_private_services_when_nothing_answers():
+    """The embedded default: with nothing at the default URLs, ``./run demo`` starts private
+    PostgreSQL and Redis under .var/, runs the cluster on them, and stops them on Ctrl-C."""
+    # initdb runs as the postgres user when we are root: it must be able to reach the folder.
+    var_dir = Path(tempfile.mkdtemp(prefix="keel-embedded-"))
+    os.chmod(var_dir, 0o755)
+    pg_port, redis_port, port = free_port(), free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(
+        KEEL_VAR_DIR=str(var_dir), PYTHONUNBUFFERED="1",
+        KEEL_DEFAULT_DATABASE_URL=f"postgres://127.0.0.1:{free_port()}/keel",
+        KEEL_DEFAULT_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
+        KEEL_EMBEDDED_PG_PORT=str(pg_port), KEEL_EMBEDDED_REDIS_PORT=str(redis_port),
+    )
+    demo = subprocess.Popen([RUN, "demo", "--port", str(port), "--workers", "1"], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    output = []
+    try:
+        for line in demo.stdout:
+            output.append(line)
+            if "Press Ctrl-C" in line:
+                break
+        text = "".join(output)
+        assert "started a private one under .var/postgres" in text, text
+        assert "started a private one under .var/redis" in text, text
+        assert (var_dir / "postgres" / "PG_VERSION").exists()
+        token = re.search(r"API token:\s+(\w+)", text).group(1)
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/overview",
+                                         headers={"Authorization": f"Token {token}"})
+        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+            assert json.loads(resp.read())["members"]["alive"] == 1
+        assert redis.Redis(port=redis_port).ping()
+    finally:
+        os.killpg(demo.pid, signal.SIGINT)
+        rest = demo.communicate(timeout=90)[0]
+    assert demo.returncode == 0, rest
+
+    def stopped() -> bool:
+        try:
+            redis.Redis(port=redis_port, socket_connect_timeout=0.5).ping()
+            return False
+        except redis.ConnectionError:
+            return not (var_dir / "postgres" / "postmaster.pid").exists()
+
+    wait_for(stopped, 30, interval=0.2, what="the private services to stop")
