@@ -72,14 +72,22 @@ def test_demo_starts_private_services_when_nothing_answers():
     pg_port, redis_port, port = free_port(), free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(
-        KEEL_VAR_DIR=str(var_dir), PYTHONUNBUFFERED="1",
+        KEEL_VAR_DIR=str(var_dir),
+        PYTHONUNBUFFERED="1",
         KEEL_DEFAULT_DATABASE_URL=f"postgres://127.0.0.1:{free_port()}/keel",
         KEEL_DEFAULT_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
-        KEEL_EMBEDDED_PG_PORT=str(pg_port), KEEL_EMBEDDED_REDIS_PORT=str(redis_port),
+        KEEL_EMBEDDED_PG_PORT=str(pg_port),
+        KEEL_EMBEDDED_REDIS_PORT=str(redis_port),
     )
-    demo = subprocess.Popen([RUN, "demo", "--port", str(port), "--workers", "1"], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    demo = subprocess.Popen(
+        [RUN, "demo", "--port", str(port), "--workers", "1"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     output = []
     try:
         for line in demo.stdout:
@@ -91,8 +99,9 @@ def test_demo_starts_private_services_when_nothing_answers():
         assert "started a private one under .var/redis" in text, text
         assert (var_dir / "postgres" / "PG_VERSION").exists()
         token = re.search(r"API token:\s+(\w+)", text).group(1)
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/overview",
-                                         headers={"Authorization": f"Token {token}"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/v1/overview", headers={"Authorization": f"Token {token}"}
+        )
         with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
             assert json.loads(resp.read())["members"]["alive"] == 1
         assert redis.Redis(port=redis_port).ping()
