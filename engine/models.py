@@ -7,7 +7,15 @@ import uuid
 from django.db import models
 from django.db.models.functions import Now
 
-from .states import CandidateState, MemberState, SlotMode, SlotState
+from .states import (
+    CandidateState,
+    ExecutionStatus,
+    JobStatus,
+    MemberState,
+    SlotMode,
+    SlotState,
+    TaskGroupKind,
+)
 
 
 class MasterLease(models.Model):
@@ -136,3 +144,72 @@ class EngineEvent(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.kind}"
+
+
+class Job(models.Model):
+    """A submitted job: its config, plan and status (see engine.states.JOB_TRANSITIONS)."""
+
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=16, choices=JobStatus.choices, db_index=True)
+    mode = models.CharField(max_length=16)
+    config_text = models.TextField()
+    env = models.JSONField(default=dict)
+    slots_needed = models.IntegerField()
+    error_msg = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["status", "id"])]
+
+    def __str__(self) -> str:
+        return f"job {self.id} {self.name} ({self.status})"
+
+
+class Pipeline(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="pipelines")
+    index = models.IntegerField(help_text="pipelineId, 1-based within the job")
+    status = models.CharField(
+        max_length=16, choices=ExecutionStatus.choices, default=ExecutionStatus.CREATED
+    )
+    restore_count = models.IntegerField(default=0)
+    plan = models.JSONField()
+    error_msg = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["job_id", "index"]
+        constraints = [models.UniqueConstraint(fields=["job", "index"], name="pipeline_job_index")]
+
+    def __str__(self) -> str:
+        return f"pipeline {self.index} of job {self.job_id}"
+
+
+class TaskGroup(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="task_groups")
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="task_groups")
+    kind = models.CharField(max_length=16, choices=TaskGroupKind.choices)
+    index = models.IntegerField(help_text="reader index (0 for the enumerator)")
+    status = models.CharField(
+        max_length=16, choices=ExecutionStatus.choices, default=ExecutionStatus.CREATED
+    )
+    #: Rises on every (re)deployment; commands and reports of an older attempt are rejected.
+    attempt = models.IntegerField(default=0)
+    member = models.ForeignKey(
+        Member, null=True, blank=True, on_delete=models.SET_NULL, related_name="task_groups"
+    )
+    slot = models.ForeignKey(
+        Slot, null=True, blank=True, on_delete=models.SET_NULL, related_name="task_groups"
+    )
+    error_msg = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["pipeline_id", "kind", "index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pipeline", "kind", "index"], name="taskgroup_pipeline_kind_index"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.index} of pipeline {self.pipeline_id}"

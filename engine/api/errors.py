@@ -26,5 +26,19 @@ def _flatten(detail, path: str = "") -> list[dict]:
 def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
     if response is not None and isinstance(exc, exceptions.ValidationError):
-        response.data = {"errors": _flatten(exc.detail)}
+        detail = exc.detail
+        if isinstance(detail, dict) and set(detail) == {"errors"}:
+            # Already [{path, message, line?}] (job-config errors): keep paths and lines as given.
+            response.data = {
+                "errors": [
+                    {
+                        k: (int(v) if k in ("line", "column") else str(v))
+                        for k, v in e.items()
+                        if v is not None
+                    }
+                    for e in detail["errors"]
+                ]
+            }
+        else:
+            response.data = {"errors": _flatten(detail)}
     return response

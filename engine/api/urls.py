@@ -1,11 +1,14 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from . import views
+from . import jobs, views
 
 urlpatterns = [
     path("overview", views.OverviewView.as_view(), name="api-overview"),
     path("members", views.MemberListView.as_view(), name="api-members"),
     path("events", views.EventListView.as_view(), name="api-events"),
+    path("jobs", jobs.JobListView.as_view(), name="api-jobs"),
+    path("jobs/<int:job_id>", jobs.JobDetailView.as_view(), name="api-job"),
+    path("jobs/<int:job_id>/cancel", jobs.JobCancelView.as_view(), name="api-job-cancel"),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
 ]

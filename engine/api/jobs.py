@@ -1,0 +1,155 @@
+"""Job endpoints: submit, list, detail, cancel. Views validate and call engine.jobs."""
+
+from __future__ import annotations
+
+import django_filters
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics, serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from engine.jobconfig import ConfigError
+from engine.jobs import JobStateError, cancel_job, submit_job
+from engine.models import Job, TaskGroup
+from engine.states import JobStatus
+
+MAX_CONFIG_BYTES = 1_000_000
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    config = serializers.CharField(
+        trim_whitespace=False,
+        max_length=MAX_CONFIG_BYTES,
+        help_text="the job config, HOCON or JSON",
+    )
+    jobName = serializers.CharField(required=False, allow_blank=False, max_length=200)
+
+
+class JobCreatedSerializer(serializers.Serializer):
+    jobId = serializers.IntegerField()
+    jobName = serializers.CharField()
+    jobStatus = serializers.ChoiceField(choices=JobStatus.choices)
+
+
+class JobSummarySerializer(serializers.ModelSerializer):
+    jobId = serializers.IntegerField(source="id")
+    jobName = serializers.CharField(source="name")
+    jobStatus = serializers.ChoiceField(source="status", choices=JobStatus.choices)
+    createTime = serializers.DateTimeField(source="created_at")
+    finishTime = serializers.DateTimeField(source="finished_at", allow_null=True)
+
+    class Meta:
+        model = Job
+        fields = ["jobId", "jobName", "jobStatus", "createTime", "finishTime"]
+
+
+class MemberRefSerializer(serializers.Serializer):
+    uuid = serializers.UUIDField()
+    name = serializers.CharField()
+
+
+class SlotRefSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    sequence = serializers.IntegerField()
+
+
+class TaskGroupSerializer(serializers.ModelSerializer):
+    taskGroupId = serializers.IntegerField(source="id")
+    member = MemberRefSerializer(allow_null=True)
+    slot = SlotRefSerializer(allow_null=True)
+
+    class Meta:
+        model = TaskGroup
+        fields = ["taskGroupId", "kind", "index", "status", "attempt", "member", "slot"]
+
+
+class PipelineSerializer(serializers.Serializer):
+    pipelineId = serializers.IntegerField(source="index")
+    status = serializers.CharField()
+    restoreCount = serializers.IntegerField(source="restore_count")
+    errorMsg = serializers.CharField(source="error_msg")
+    taskGroups = TaskGroupSerializer(source="task_groups.all", many=True)
+
+
+class JobDetailSerializer(JobSummarySerializer):
+    errorMsg = serializers.CharField(source="error_msg")
+    envOptions = serializers.JSONField(source="env")
+    slotsNeeded = serializers.IntegerField(source="slots_needed")
+    pipelines = PipelineSerializer(many=True)
+
+    class Meta(JobSummarySerializer.Meta):
+        fields = [
+            *JobSummarySerializer.Meta.fields,
+            "errorMsg",
+            "envOptions",
+            "slotsNeeded",
+            "pipelines",
+        ]
+
+
+class JobFilter(django_filters.FilterSet):
+    jobStatus = django_filters.ChoiceFilter(field_name="status", choices=JobStatus.choices)
+
+    class Meta:
+        model = Job
+        fields = ["jobStatus"]
+
+
+class JobPagination(PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "pageSize"
+    max_page_size = 500
+
+
+class JobListView(generics.ListAPIView):
+    """Jobs, newest first; ``?jobStatus=`` filters. POST submits a job."""
+
+    serializer_class = JobSummarySerializer
+    filterset_class = JobFilter
+    pagination_class = JobPagination
+    queryset = Job.objects.order_by("-id")
+
+    @extend_schema(
+        request=JobSubmitSerializer,
+        responses={201: JobCreatedSerializer},
+        operation_id="jobs_submit",
+    )
+    def post(self, request: Request) -> Response:
+        body = JobSubmitSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            job = submit_job(body.validated_data["config"], body.validated_data.get("jobName"))
+        except ConfigError as exc:
+            raise ValidationError({"errors": exc.errors}) from None
+        return Response(
+            {"jobId": job.id, "jobName": job.name, "jobStatus": job.status},
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class JobDetailView(generics.RetrieveAPIView):
+    serializer_class = JobDetailSerializer
+    lookup_url_kwarg = "job_id"
+
+    def get_queryset(self):
+        groups = TaskGroup.objects.select_related("member", "slot").order_by("kind", "index")
+        return Job.objects.prefetch_related(Prefetch("pipelines__task_groups", queryset=groups))
+
+
+class JobCancelView(APIView):
+    @extend_schema(request=None, responses={202: JobCreatedSerializer}, operation_id="jobs_cancel")
+    def post(self, request: Request, job_id: int) -> Response:
+        get_object_or_404(Job, id=job_id)
+        try:
+            job = cancel_job(job_id)
+        except JobStateError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(
+            {"jobId": job.id, "jobName": job.name, "jobStatus": job.status},
+            status=status.HTTP_202_ACCEPTED,
+        )

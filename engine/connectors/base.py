@@ -1,0 +1,182 @@
+"""Plugin option specs and validation shared by every connector and transform.
+
+A plugin declares its options; ``validate_block`` checks a parsed block against them and returns
+the typed config or errors whose paths name the block and key (``sink[0].Jdbc.url``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from engine.jobconfig import PluginBlock, flatten_options, lookup
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # dotted, e.g. "row.num"
+    type: type  # int, float, str, bool, list or dict
+    required: bool = False
+    default: Any = None
+    choices: tuple = ()
+    min: float | None = None
+    help: str = ""
+
+    def coerce(self, value: Any) -> Any:
+        """The value as this option's type; raise ValueError with a message for the user."""
+        expected = self.type
+        if expected is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                return value.lower() == "true"
+            raise ValueError("must be true or false")
+        if expected is int:
+            if isinstance(value, bool):
+                raise ValueError("must be an integer")
+            if isinstance(value, int):
+                result = value
+            elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
+                result = int(value)
+            else:
+                raise ValueError("must be an integer")
+        elif expected is float:
+            if isinstance(value, bool) or not isinstance(value, int | float | str):
+                raise ValueError("must be a number")
+            try:
+                result = float(value)
+            except ValueError:
+                raise ValueError("must be a number") from None
+        elif expected is str:
+            if isinstance(value, dict | list) or value is None:
+                raise ValueError("must be a string")
+            result = str(value)
+        elif expected is list:
+            if not isinstance(value, list):
+                raise ValueError("must be a list")
+            result = value
+        elif expected is dict:
+            if not isinstance(value, dict):
+                raise ValueError("must be an object")
+            result = value
+        else:  # pragma: no cover - a spec error, not user input
+            raise TypeError(expected)
+        if self.choices and result not in self.choices:
+            raise ValueError(f"must be one of {', '.join(map(str, self.choices))}")
+        if self.min is not None and result < self.min:
+            raise ValueError(f"must be at least {self.min:g}")
+        return result
+
+
+class Plugin:
+    """A source, transform or sink: a name, a section, options; runtime methods per kind."""
+
+    name: ClassVar[str]
+    section: ClassVar[str]  # source | transform | sink
+    options: ClassVar[tuple[Option, ...]] = ()
+
+    def __init__(self, config: dict[str, Any], path: str) -> None:
+        self.config = config
+        self.path = path
+
+    @classmethod
+    def all_options(cls) -> tuple[Option, ...]:
+        common: tuple[Option, ...] = ()
+        if cls.section in ("source", "transform"):
+            common += (Option("plugin_output", str, help="name of the stream this produces"),)
+        if cls.section in ("transform", "sink"):
+            common += (Option("plugin_input", str, help="name of the stream this consumes"),)
+        return common + cls.options
+
+    @classmethod
+    def check(cls, config: dict[str, Any]) -> list[tuple[str, str]]:
+        """Cross-option checks: [(option name, message)]."""
+        return []
+
+
+def validate_block(plugin: type[Plugin], block: PluginBlock) -> tuple[dict | None, list[dict]]:
+    """Validate a block's options against ``plugin``: (config, errors)."""
+    errors: list[dict] = []
+    config: dict[str, Any] = {}
+    specs = plugin.all_options()
+    for option in specs:
+        value = lookup(block.options, option.name, _MISSING)
+        if value is _MISSING:
+            if option.required:
+                errors.append(_error(block, option.name, "is required"))
+            config[option.name] = option.default
+            continue
+        try:
+            config[option.name] = option.coerce(value)
+        except ValueError as exc:
+            errors.append(_error(block, option.name, str(exc)))
+    object_options = [o.name for o in specs if o.type is dict]
+    known = {o.name for o in specs}
+    for leaf in flatten_options(block.options):
+        if leaf in known or any(leaf.startswith(f"{name}.") for name in object_options):
+            continue
+        if any(name.startswith(f"{leaf}.") for name in known):
+            continue  # a dotted option written as an (empty) object
+        errors.append(_error(block, leaf, f"unknown option for {plugin.name}"))
+    if not errors:
+        errors += [_error(block, name, message) for name, message in plugin.check(config)]
+    return (None if errors else config), errors
+
+
+def _error(block: PluginBlock, option: str, message: str) -> dict:
+    error = {"path": f"{block.path}.{option}", "message": message}
+    if block.line:
+        error["line"] = block.line
+    return error
+
+
+class SourcePlugin(Plugin):
+    """A source: splits made by the enumerator, read by readers from an exact offset."""
+
+    section: ClassVar[str] = "source"
+
+    def output_schema(self):  # -> Schema
+        raise NotImplementedError
+
+    def create_splits(self, mode: str) -> list[dict]:
+        """The job's splits, each a JSON-able dict with a unique ``splitId``."""
+        raise NotImplementedError
+
+    def read(self, split: dict, offset: int, mode: str, batch_size: int):
+        """Yield ``(rows, next_offset)`` from ``offset``; a replay from an offset is exact."""
+        raise NotImplementedError
+
+
+class TransformPlugin(Plugin):
+    section: ClassVar[str] = "transform"
+
+    def output_schema(self, schema):  # (Schema) -> Schema; ValueError names the bad field
+        raise NotImplementedError
+
+    def processor(self, schema):  # (Schema) -> Callable[[list[tuple]], list[tuple]]
+        raise NotImplementedError
+
+
+class SinkWriter:
+    """Writes batches; checkpoint hooks default to at-least-once (nothing to prepare)."""
+
+    def write(self, rows: list[tuple]) -> None:
+        raise NotImplementedError
+
+    def prepare_commit(self, checkpoint_id: int) -> dict:
+        return {}
+
+    def commit(self, state: dict) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class SinkPlugin(Plugin):
+    section: ClassVar[str] = "sink"
+
+    def writer(self, schema, context: dict) -> SinkWriter:
+        raise NotImplementedError

@@ -1,0 +1,352 @@
+"""Job configs: SeaTunnel-style HOCON (or JSON) into plugin blocks, with errors that name a path.
+
+Two HOCON behaviours are wrong for job configs and handled here:
+- duplicate keys merge: ``source { FakeSource {..} FakeSource {..} }`` would be one source. Before
+  pyhocon parses, a small lexer renames each plugin block key inside ``source``, ``transform``
+  and ``sink`` to a unique ``__keel_<index>_<Name>`` (same line, so error lines stay right);
+- dotted keys nest: ``row.num = 5`` is ``{row: {num: 5}}``. Options are looked up by dotted name
+  in either form, and unknown-option checks walk leaf paths (see ``flatten_options``).
+SeaTunnel's JSON form, ``"source": [{"plugin_name": "FakeSource", ...}]``, is accepted too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+SECTIONS = ("source", "transform", "sink")
+_RENAMED = re.compile(r"^__keel_(\d+)_(.+)$")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+
+
+class ConfigError(Exception):
+    """A job config is invalid; ``errors`` is ``[{path, message}]`` (and ``line`` if known)."""
+
+    def __init__(self, errors: list[dict]) -> None:
+        super().__init__("; ".join(_format(e) for e in errors))
+        self.errors = errors
+
+
+def _format(error: dict) -> str:
+    where = error.get("path") or "config"
+    if error.get("line"):
+        where += f" (line {error['line']})"
+    return f"{where}: {error['message']}"
+
+
+@dataclass
+class PluginBlock:
+    section: str  # source | transform | sink
+    index: int  # position within its section
+    name: str  # plugin name, e.g. FakeSource
+    options: dict[str, Any]  # the block's tree, plain Python values
+    line: int | None = None
+
+    @property
+    def path(self) -> str:
+        return f"{self.section}[{self.index}].{self.name}"
+
+
+@dataclass
+class ParsedJob:
+    env: dict[str, Any]
+    blocks: dict[str, list[PluginBlock]] = field(default_factory=dict)
+
+    def section(self, name: str) -> list[PluginBlock]:
+        return self.blocks.get(name, [])
+
+
+# -- the lexer that keeps duplicate plugin blocks apart -------------------------------------------
+
+
+def _skip_string(text: str, i: int) -> int:
+    """Index just past the string starting at text[i] (a quote)."""
+    if text.startswith('"""', i):
+        end = text.find('"""', i + 3)
+        return len(text) if end < 0 else end + 3
+    j = i + 1
+    while j < len(text):
+        if text[j] == "\\":
+            j += 2
+            continue
+        if text[j] == '"' or text[j] == "\n":
+            return j + 1
+        j += 1
+    return j
+
+
+def _skip_comment(text: str, i: int) -> int:
+    end = text.find("\n", i)
+    return len(text) if end < 0 else end
+
+
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text):
+        ch = text[i]
+        if ch in " \t\r\n,":
+            i += 1
+        elif ch == "#" or text.startswith("//", i):
+            i = _skip_comment(text, i)
+        else:
+            break
+    return i
+
+
+def _read_key(text: str, i: int) -> tuple[str, int] | None:
+    """A key token at text[i] (bare identifier or quoted string): (key, end) or None."""
+    if i < len(text) and text[i] == '"' and not text.startswith('"""', i):
+        end = _skip_string(text, i)
+        return text[i + 1 : end - 1], end
+    match = _IDENT.match(text, i)
+    if match:
+        return match.group(0), match.end()
+    return None
+
+
+def _opens_object(text: str, i: int) -> int | None:
+    """If ``[=|:] {`` follows at i (spaces allowed), the index of the brace."""
+    j = i
+    while j < len(text) and text[j] in " \t":
+        j += 1
+    if j < len(text) and text[j] in "=:":
+        j += 1
+        while j < len(text) and text[j] in " \t\r\n":
+            j += 1
+    return j if j < len(text) and text[j] == "{" else None
+
+
+def _matching_brace(text: str, i: int) -> int:
+    """Index of the brace closing the one at text[i] (strings and comments skipped)."""
+    depth = 0
+    j = i
+    while j < len(text):
+        ch = text[j]
+        if ch == '"':
+            j = _skip_string(text, j)
+            continue
+        if ch == "#" or text.startswith("//", j):
+            j = _skip_comment(text, j)
+            continue
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                return j
+        j += 1
+    return len(text)
+
+
+def _rename_plugin_blocks(text: str) -> tuple[str, dict[tuple[str, int], int]]:
+    """Rename each plugin block key of the top-level sections; return (text, block lines)."""
+    edits: list[tuple[int, int, str]] = []
+    lines: dict[tuple[str, int], int] = {}
+    i = 0
+    depth = 0
+    while i < len(text):
+        i = _skip_space(text, i)
+        if i >= len(text):
+            break
+        ch = text[i]
+        if ch == '"' and depth:
+            i = _skip_string(text, i)
+            continue
+        if depth == 0:
+            key = _read_key(text, i)
+            if key is not None:
+                name, end = key
+                brace = _opens_object(text, end)
+                if name in SECTIONS and brace is not None:
+                    close = _matching_brace(text, brace)
+                    _rename_in_section(text, name, brace + 1, close, edits, lines)
+                    i = close + 1
+                    continue
+                i = end
+                continue
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth = max(depth - 1, 0)
+        elif ch == '"':
+            i = _skip_string(text, i)
+            continue
+        i += 1
+    for start, end, replacement in sorted(edits, reverse=True):
+        text = text[:start] + replacement + text[end:]
+    return text, lines
+
+
+def _rename_in_section(
+    text: str, section: str, start: int, stop: int, edits: list[tuple[int, int, str]], lines: dict
+) -> None:
+    index = 0
+    i = start
+    while i < stop:
+        i = _skip_space(text, i)
+        if i >= stop:
+            return
+        key = _read_key(text, i)
+        if key is None:
+            # Not a key: skip a value or stray token.
+            if text[i] in "{[":
+                i = _matching_brace(text, i) + 1
+            elif text[i] == '"':
+                i = _skip_string(text, i)
+            else:
+                i += 1
+            continue
+        name, end = key
+        brace = _opens_object(text, end)
+        if brace is None:
+            i = end
+            continue
+        edits.append((i, end, f"__keel_{index}_{name}"))
+        lines[(section, index)] = text.count("\n", 0, i) + 1
+        index += 1
+        i = _matching_brace(text, brace) + 1
+
+
+# -- parsing --------------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """pyhocon trees into plain dicts/lists; quoted keys lose their quotes."""
+    from pyhocon import ConfigTree
+
+    if isinstance(value, ConfigTree | dict):
+        return {_unquote(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _unquote(key: str) -> str:
+    return key[1:-1] if len(key) >= 2 and key[0] == key[-1] == '"' else key
+
+
+def flatten_options(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Leaf paths of a tree as dotted keys: ``{row: {num: 5}}`` -> ``{"row.num": 5}``."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict) and value:
+            out.update(flatten_options(value, path))
+        else:
+            out[path] = value
+    return out
+
+
+_MISSING = object()
+
+
+def lookup(tree: dict[str, Any], dotted: str, default: Any = _MISSING) -> Any:
+    """An option by dotted name, written either as a quoted key or as nesting."""
+    if dotted in tree:
+        return tree[dotted]
+    head, _, rest = dotted.partition(".")
+    while rest:
+        node = tree.get(head)
+        if isinstance(node, dict):
+            found = lookup(node, rest, _MISSING)
+            if found is not _MISSING:
+                return found
+        more, _, rest = rest.partition(".")
+        head = f"{head}.{more}"
+    if default is _MISSING:
+        raise KeyError(dotted)
+    return default
+
+
+def parse_job_config(text: str) -> ParsedJob:
+    """Parse a job config; raise ConfigError (path, message, line) for anything malformed."""
+    import pyparsing
+    from pyhocon import ConfigFactory
+    from pyhocon.exceptions import ConfigException
+
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError([{"path": "config", "message": "the job config is empty"}])
+    renamed, lines = _rename_plugin_blocks(text)
+    try:
+        tree = ConfigFactory.parse_string(renamed)
+    except pyparsing.ParseBaseException as exc:
+        message = str(exc.msg) if getattr(exc, "msg", None) else str(exc)
+        raise ConfigError(
+            [
+                {
+                    "path": "config",
+                    "line": exc.lineno,
+                    "column": exc.col,
+                    "message": f"syntax error at line {exc.lineno}, column {exc.col}: {message}",
+                }
+            ]
+        ) from None
+    except ConfigException as exc:
+        line = re.search(r"line: (\d+)", str(exc))
+        raise ConfigError(
+            [{"path": "config", "line": int(line.group(1)) if line else None, "message": str(exc)}]
+        ) from None
+    except RecursionError:
+        raise ConfigError([{"path": "config", "message": "the config nests too deeply"}]) from None
+    root = _plain(tree)
+    if not isinstance(root, dict):
+        raise ConfigError([{"path": "config", "message": "the config must be an object"}])
+    errors: list[dict] = []
+    env = root.get("env", {})
+    if not isinstance(env, dict):
+        errors.append({"path": "env", "message": "must be an object"})
+        env = {}
+    unknown = sorted(set(root) - {"env", *SECTIONS})
+    for key in unknown:
+        errors.append(
+            {
+                "path": key,
+                "message": "unknown top-level block (expected env, source, transform, sink)",
+            }
+        )
+    job = ParsedJob(env=flatten_options(env))
+    for section in SECTIONS:
+        job.blocks[section] = _section_blocks(section, root.get(section), lines, errors)
+    if not job.blocks["source"] and not any(e["path"].startswith("source") for e in errors):
+        errors.append({"path": "source", "message": "at least one source is required"})
+    if not job.blocks["sink"] and not any(e["path"].startswith("sink") for e in errors):
+        errors.append({"path": "sink", "message": "at least one sink is required"})
+    if errors:
+        raise ConfigError(errors)
+    return job
+
+
+def _section_blocks(section: str, value: Any, lines: dict, errors: list[dict]) -> list[PluginBlock]:
+    if value is None:
+        return []
+    blocks: list[PluginBlock] = []
+    if isinstance(value, list):  # SeaTunnel's JSON form
+        for index, item in enumerate(value):
+            if not isinstance(item, dict) or not isinstance(item.get("plugin_name"), str):
+                errors.append(
+                    {
+                        "path": f"{section}[{index}]",
+                        "message": "must be an object with a plugin_name",
+                    }
+                )
+                continue
+            options = {k: v for k, v in item.items() if k != "plugin_name"}
+            blocks.append(PluginBlock(section, index, item["plugin_name"], options))
+        return blocks
+    if not isinstance(value, dict):
+        errors.append({"path": section, "message": "must be an object of plugin blocks"})
+        return []
+    for key, options in value.items():
+        match = _RENAMED.match(key)
+        if not match or not isinstance(options, dict):
+            errors.append(
+                {
+                    "path": f"{section}.{key}",
+                    "message": "expected a plugin block such as FakeSource { ... }",
+                }
+            )
+            continue
+        index, name = int(match.group(1)), match.group(2)
+        blocks.append(PluginBlock(section, index, name, options, lines.get((section, index))))
+    blocks.sort(key=lambda b: b.index)
+    return blocks
