@@ -17,8 +17,15 @@ SERVER_KEEPALIVES = (
 )
 
 #: Engine processes must never sit in a transaction for long: a frozen process would otherwise
-#: keep row locks (and block a takeover) until someone noticed. PostgreSQL ends such sessions.
-IDLE_IN_TRANSACTION_TIMEOUT_MS = 5000
+#: keep row locks (and block a takeover, or every event append) until someone noticed.
+#: PostgreSQL ends such sessions. Kept below half the master lease (3 s) so a frozen holder of a
+#: lock cannot make a healthy master miss its renewal.
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 1500
+
+
+def django_application_name(process_name: str, pid: int) -> str:
+    """The application_name of a process's Django sessions (see settings.DATABASES)."""
+    return f"keel:{process_name}:{pid}"
 
 
 def connect_dedicated(application_name: str) -> psycopg.Connection:
@@ -36,7 +43,8 @@ def connect_dedicated(application_name: str) -> psycopg.Connection:
         keepalives_interval=opts.get("keepalives_interval", 1),
         keepalives_count=opts.get("keepalives_count", 3),
         connect_timeout=opts.get("connect_timeout", 3),
-        options=SERVER_KEEPALIVES,
+        options=f"{SERVER_KEEPALIVES} -c idle_in_transaction_session_timeout="
+        f"{IDLE_IN_TRANSACTION_TIMEOUT_MS}",
         autocommit=True,
     )
 

@@ -80,28 +80,54 @@ class Leadership:
                 log.debug("closing lock session failed", exc_info=True)
 
     def _try_lock(self) -> bool:
-        row = self._lock_session().execute("SELECT pg_try_advisory_lock(%s, %s)", LEADERSHIP)
-        return bool(row.fetchone()[0])
+        try:
+            row = self._lock_session().execute("SELECT pg_try_advisory_lock(%s, %s)", LEADERSHIP)
+            return bool(row.fetchone()[0])
+        except psycopg.Error as exc:
+            self._drop_lock_session()
+            raise LeadershipLost(f"lock session: {exc}".strip()) from exc
 
     def _end_expired_holder(self) -> bool:
-        """End the lock session of a holder whose lease has expired; True if one was ended."""
-        row = (
-            self._lock_session()
-            .execute(
-                """
-            SELECT pg_terminate_backend(a.pid, 1000)
-              FROM engine_masterlease l
-              JOIN pg_stat_activity a
-                ON a.pid = l.lock_backend_pid
-               AND a.application_name = 'keel-lock:' || l.holder
-               AND a.datname = current_database()
-             WHERE l.id = 1 AND l.holder <> '' AND l.expires_at < now()
-            """
+        """End the sessions of a holder whose lease has expired; True if its lock session ended.
+
+        Only a backend that really holds the leadership lock (pg_locks) and carries the
+        holder's lock application_name is ended: never a recycled pid, never our own session.
+        The holder's Django sessions go too, so none of them keeps a row lock.
+        """
+        try:
+            row = (
+                self._lock_session()
+                .execute(
+                    """
+                WITH holder AS (
+                    SELECT a.pid, l.holder
+                      FROM engine_masterlease l
+                      JOIN pg_stat_activity a
+                        ON a.pid = l.lock_backend_pid
+                       AND a.application_name = left('keel-lock:' || l.holder, 63)
+                       AND a.datname = current_database()
+                       AND a.pid <> pg_backend_pid()
+                      JOIN pg_locks k
+                        ON k.pid = a.pid AND k.locktype = 'advisory' AND k.granted
+                       AND k.classid = %s AND k.objid = %s AND k.objsubid = 2
+                     WHERE l.id = 1 AND l.holder <> '' AND l.expires_at < clock_timestamp()
+                )
+                SELECT pg_terminate_backend(h.pid, 1000),
+                       (SELECT count(pg_terminate_backend(a.pid))
+                          FROM pg_stat_activity a
+                         WHERE a.datname = current_database()
+                           AND a.application_name LIKE 'keel:' || h.holder || ':%%')
+                  FROM holder h
+                """,
+                    LEADERSHIP,
+                )
+                .fetchone()
             )
-            .fetchone()
-        )
+        except psycopg.Error as exc:
+            self._drop_lock_session()
+            raise LeadershipLost(f"lock session: {exc}".strip()) from exc
         if row and row[0]:
-            log.warning("lease of the active master expired: ended its lock session")
+            log.warning("lease of the active master expired: ended its sessions")
             return True
         return False
 
@@ -128,14 +154,14 @@ class Leadership:
             with connection.cursor() as cur:
                 # Waits for fenced transactions of the previous epoch (FOR KEY SHARE) to finish;
                 # a frozen one is ended by idle_in_transaction_session_timeout.
-                cur.execute("SET LOCAL lock_timeout = '3s'")
+                cur.execute("SET LOCAL lock_timeout = '1000ms'")
                 cur.execute("SELECT epoch FROM engine_masterlease WHERE id = 1 FOR UPDATE")
                 cur.execute(
                     """
                     UPDATE engine_masterlease
                        SET epoch = epoch + 1, holder = %s, lock_backend_pid = %s,
-                           since = now(), renewed_at = now(),
-                           expires_at = now() + make_interval(secs => %s)
+                           since = clock_timestamp(), renewed_at = clock_timestamp(),
+                           expires_at = clock_timestamp() + make_interval(secs => %s)
                      WHERE id = 1
                  RETURNING epoch, since
                     """,
@@ -160,7 +186,8 @@ class Leadership:
             cur.execute(
                 """
                 UPDATE engine_masterlease
-                   SET renewed_at = now(), expires_at = now() + make_interval(secs => %s)
+                   SET renewed_at = clock_timestamp(),
+                       expires_at = clock_timestamp() + make_interval(secs => %s)
                  WHERE id = 1 AND epoch = %s AND holder = %s
                 """,
                 [self.lease_timeout, self.term.epoch, self.name],
@@ -171,7 +198,10 @@ class Leadership:
         conn = self._lock_conn
         if conn is None or conn.closed:
             raise LeadershipLost("the leadership lock session is closed")
-        conn.execute("SELECT 1")  # raises if PostgreSQL ended the session (lock gone)
+        try:
+            conn.execute("SELECT 1")  # raises if PostgreSQL ended the session (lock gone)
+        except psycopg.Error as exc:
+            raise LeadershipLost(f"the leadership lock session ended: {exc}".strip()) from exc
 
     def resign(self) -> None:
         """Hand over at once (SIGTERM): expire our lease, then free the lock."""

@@ -37,6 +37,9 @@ def fenced(epoch: int | None) -> Iterator[None]:
     """A transaction that commits only if ``epoch`` is still the active master's epoch."""
     with transaction.atomic():
         with connection.cursor() as cur:
+            # Never wait long for a lock on behalf of the master: a frozen lock holder must not
+            # make us miss the lease renewal. The step fails and is retried on a later tick.
+            cur.execute("SET LOCAL lock_timeout = '1000ms'")
             cur.execute("SELECT epoch FROM engine_masterlease WHERE id = 1 FOR KEY SHARE")
             row = cur.fetchone()
         current = row[0] if row else None

@@ -240,22 +240,29 @@ def flatten_options(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 _MISSING = object()
 
 
-def lookup(tree: dict[str, Any], dotted: str, default: Any = _MISSING) -> Any:
-    """An option by dotted name, written either as a quoted key or as nesting."""
+def _find(tree: dict[str, Any], dotted: str) -> Any:
     if dotted in tree:
         return tree[dotted]
     head, _, rest = dotted.partition(".")
     while rest:
         node = tree.get(head)
         if isinstance(node, dict):
-            found = lookup(node, rest, _MISSING)
+            found = _find(node, rest)
             if found is not _MISSING:
                 return found
         more, _, rest = rest.partition(".")
         head = f"{head}.{more}"
-    if default is _MISSING:
-        raise KeyError(dotted)
-    return default
+    return _MISSING
+
+
+def lookup(tree: dict[str, Any], dotted: str, default: Any = _MISSING) -> Any:
+    """An option by dotted name, written either as a quoted key or as nesting."""
+    found = _find(tree, dotted)
+    if found is _MISSING:
+        if default is _MISSING:
+            raise KeyError(dotted)
+        return default
+    return found
 
 
 def parse_job_config(text: str) -> ParsedJob:

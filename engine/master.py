@@ -13,8 +13,10 @@ import threading
 import time
 from dataclasses import dataclass
 
+import psycopg
 from django.db import DatabaseError, InterfaceError, close_old_connections, connections
 
+from . import orchestration
 from .election import Leadership, LeadershipLost, record_candidate
 from .fencing import StaleEpoch
 from .membership import SWEEP_INTERVAL, sweep_members
@@ -63,6 +65,11 @@ class Master:
         self.renew_timer = Timer(options.renew_interval)
         self.sweep_timer = Timer(SWEEP_INTERVAL)
         self.candidate_timer = Timer(options.candidate_interval)
+        self.schedule_timer = Timer(0.1)
+        self.redeliver_timer = Timer(1.0)
+        self.cancel_timer = Timer(0.2)
+        self.lost_timer = Timer(0.2)
+        self.cancels = orchestration.CancelSender()
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -87,6 +94,32 @@ class Master:
             return False
         return sweep_members(self.leadership.epoch, self.options.heartbeat_timeout) > 0
 
+    def _active_and(self, timer: Timer) -> bool:
+        return self.leadership.active and timer.due()
+
+    def step_fail_lost(self) -> bool:
+        if not self._active_and(self.lost_timer):
+            return False
+        return orchestration.fail_lost_task_groups(self.leadership.epoch)
+
+    def step_schedule(self) -> bool:
+        if not self._active_and(self.schedule_timer):
+            return False
+        scheduled = orchestration.schedule(self.leadership.epoch)
+        if scheduled:
+            self.schedule_timer.reset()  # maybe more fit: look again at once
+        return scheduled
+
+    def step_redeliver(self) -> bool:
+        if not self._active_and(self.redeliver_timer):
+            return False
+        return orchestration.redeliver(self.leadership.epoch)
+
+    def step_cancel(self) -> bool:
+        if not self._active_and(self.cancel_timer):
+            return False
+        return self.cancels.step(self.leadership.epoch)
+
     def step_candidate(self) -> bool:
         if self.candidate_timer.due():
             record_candidate(self.options.name, self.leadership)
@@ -100,6 +133,10 @@ class Master:
             self.step_campaign,
             self.step_renew,
             self.step_sweep_members,
+            self.step_fail_lost,
+            self.step_cancel,
+            self.step_schedule,
+            self.step_redeliver,
             self.step_candidate,
         ):
             did = step() or did
@@ -112,19 +149,32 @@ class Master:
             self.options.lease_timeout,
             self.options.heartbeat_timeout,
         )
-        record_candidate(self.options.name, self.leadership)
-        while not self.stopping.is_set():
-            try:
-                did = self.run_once()
-            except StaleEpoch as exc:
-                self._rejected(exc)
-                continue
-            except (LeadershipLost, DatabaseError, InterfaceError, OSError) as exc:
-                self._lost_database(exc)
-                continue
-            if not did:
-                self.stopping.wait(0.02 if self.leadership.active else 0.05)
-        self.shutdown()
+        try:
+            while not self.stopping.is_set():
+                try:
+                    did = self.run_once()
+                except StaleEpoch as exc:
+                    self._rejected(exc)
+                    continue
+                except (
+                    LeadershipLost,
+                    DatabaseError,
+                    InterfaceError,
+                    psycopg.Error,
+                    OSError,
+                ) as exc:
+                    self._lost_database(exc)
+                    continue
+                except Exception:
+                    # A bug in a step must not take the master down, nor let it act unsure.
+                    log.exception("unexpected error in the master loop; stepping down")
+                    self.leadership.step_down()
+                    self.stopping.wait(1.0)
+                    continue
+                if not did:
+                    self.stopping.wait(0.02 if self.leadership.active else 0.05)
+        finally:
+            self.shutdown()
 
     def _rejected(self, exc: StaleEpoch) -> None:
         log.error("write rejected by the epoch check: %s; %s steps down", exc, self.options.name)
@@ -136,9 +186,12 @@ class Master:
 
     def _lost_database(self, exc: BaseException) -> None:
         log.error("database error in master loop: %s", str(exc).strip() or type(exc).__name__)
-        for conn in connections.all():
-            conn.close_if_unusable_or_obsolete()
-        close_old_connections()
+        try:
+            for conn in connections.all():
+                conn.close_if_unusable_or_obsolete()
+            close_old_connections()
+        except Exception:
+            log.debug("closing connections failed", exc_info=True)
         if self.leadership.active:
             # Our session may have been ended while we were frozen. Try one write under our
             # epoch: if someone else leads now it is rejected by the epoch check (and recorded).
@@ -156,10 +209,10 @@ class Master:
 
     def shutdown(self) -> None:
         log.info("master %s stopping", self.options.name)
-        self.leadership.resign()
         try:
+            self.leadership.resign()
             record_candidate(self.options.name, self.leadership, state=CandidateState.STOPPED)
-        except (DatabaseError, InterfaceError):
+        except Exception:
             log.warning("could not record the stop", exc_info=True)
 
     def install_signal_handlers(self) -> None:

@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from .dbsession import connect_dedicated
+from .dbsession import connect_dedicated, django_application_name
 from .events import append_event
 from .fencing import fenced
 from .locks import EVENT_APPEND, MEMBER_NAMESPACE, member_lock_key
@@ -188,19 +188,23 @@ def remove_member(epoch: int, member_id: int, reason: str) -> bool:
     if member is None:
         return False
     log.warning("member %s (%s) REMOVED: %s", member.name, member.uuid, reason)
-    _end_member_sessions(member.uuid)
+    _end_member_sessions(member)
     return True
 
 
-def _end_member_sessions(member_uuid: uuidlib.UUID) -> None:
-    """End a removed member's sessions so a frozen member that wakes finds itself fenced."""
+def _end_member_sessions(member: Member) -> None:
+    """End every session of a removed member (its membership session and its Django sessions),
+    so a frozen member that wakes finds itself fenced and cannot finish a half-done write."""
     with connection.cursor() as cur:
         cur.execute(
             """
             SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-             WHERE application_name = %s AND datname = current_database()
+             WHERE datname = current_database() AND application_name IN (%s, %s)
             """,
-            [member_application_name(member_uuid)],
+            [
+                member_application_name(member.uuid),
+                django_application_name(member.name, member.pid),
+            ],
         )
 
 

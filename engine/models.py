@@ -175,6 +175,8 @@ class Pipeline(models.Model):
     )
     restore_count = models.IntegerField(default=0)
     plan = models.JSONField()
+    #: Set by the enumerator once every split is assigned (readers wait for it).
+    splits_assigned = models.BooleanField(default=False)
     error_msg = models.TextField(blank=True, default="")
 
     class Meta:
@@ -202,6 +204,11 @@ class TaskGroup(models.Model):
         Slot, null=True, blank=True, on_delete=models.SET_NULL, related_name="task_groups"
     )
     error_msg = models.TextField(blank=True, default="")
+    source_received = models.BigIntegerField(default=0)
+    sink_written = models.BigIntegerField(default=0)
+    rows_per_second = models.FloatField(default=0.0)
+    deployed_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(db_default=Now())
 
     class Meta:
         ordering = ["pipeline_id", "kind", "index"]
@@ -213,3 +220,23 @@ class TaskGroup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.index} of pipeline {self.pipeline_id}"
+
+
+class SplitAssignment(models.Model):
+    """A source split given to a reader by the enumerator, with the reader's offset in it."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="splits")
+    split_id = models.CharField(max_length=200)
+    split = models.JSONField()
+    reader_index = models.IntegerField()
+    offset = models.BigIntegerField(default=0)
+    done = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["pipeline_id", "reader_index", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["pipeline", "split_id"], name="split_pipeline_id")
+        ]
+
+    def __str__(self) -> str:
+        return f"split {self.split_id} -> reader {self.reader_index}"

@@ -18,3 +18,35 @@ def member_ping(expected_name: str | None = None) -> dict:
         "memberUuid": str(member.uuid),
         "name": member.name,
     }
+
+
+@shared_task(name="engine.taskgroup.deploy", acks_late=False)
+def deploy_task_group(task_group_id: int, attempt: int, member_uuid: str) -> dict:
+    """Deploy one attempt of a task group here. Validates, then hands it to the runtime."""
+    from .models import TaskGroup
+    from .runtime import current
+    from .states import ExecutionStatus
+
+    member, runtime = current_member(), current()
+    if member is None or runtime is None or str(member.uuid) != member_uuid:
+        return {"ok": False, "reason": "command for another member"}
+    group = (
+        TaskGroup.objects.filter(id=task_group_id).values("attempt", "member_id", "status").first()
+    )
+    if group is None:
+        return {"ok": False, "reason": "unknown task group"}
+    if group["attempt"] != attempt or group["member_id"] != member.id:
+        return {"ok": False, "reason": "stale attempt"}
+    if group["status"] != ExecutionStatus.DEPLOYING:
+        return {"ok": False, "reason": f"task group is {group['status']}"}
+    return {"ok": True, "result": runtime.deploy(task_group_id, attempt)}
+
+
+@shared_task(name="engine.taskgroup.cancel", acks_late=False)
+def cancel_task_group(task_group_id: int, attempt: int, member_uuid: str) -> dict:
+    from .runtime import current
+
+    member, runtime = current_member(), current()
+    if member is None or runtime is None or str(member.uuid) != member_uuid:
+        return {"ok": False, "reason": "command for another member"}
+    return {"ok": True, "result": runtime.cancel(task_group_id, attempt)}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import threading
 from dataclasses import dataclass
@@ -46,7 +47,10 @@ class Worker:
 
     def register(self) -> MemberSession:
         global _current
+        from .runtime import install
+
         self.member = register_member(self.options.name, self.options.slots, self.options.slot_mode)
+        install(self.member.id)
         _current = self.member
         return self.member
 
@@ -66,27 +70,44 @@ class Worker:
     def run(self) -> int:
         from keel.celery import app, member_queue
 
-        member = self.register()
-        beat = threading.Thread(target=self.heartbeat_loop, name="member-heartbeat", daemon=True)
-        beat.start()
-        worker = app.Worker(
-            hostname=f"{self.options.name}@%h",
-            queues=[member_queue(self.options.name), "control"],
-            pool="threads",
-            concurrency=self.options.concurrency,
-            without_gossip=True,
-            without_mingle=True,
-            without_heartbeat=True,
-            loglevel="WARNING",
-            quiet=True,
-        )
+        # Until Celery installs its own handlers, SIGTERM must still end in a clean leave.
+        signal.signal(signal.SIGTERM, _exit_on_signal)
+        worker = None
         try:
+            self.register()
+            beat = threading.Thread(
+                target=self.heartbeat_loop, name="member-heartbeat", daemon=True
+            )
+            beat.start()
+            worker = app.Worker(
+                hostname=f"{self.options.name}@%h",
+                queues=[member_queue(self.options.name), "control"],
+                pool="threads",
+                concurrency=self.options.concurrency,
+                without_gossip=True,
+                without_mingle=True,
+                without_heartbeat=True,
+                loglevel="WARNING",
+                quiet=True,
+            )
             worker.start()
         finally:
             self.stopping.set()
-            try:
-                if leave(member.id):
-                    log.info("member %s (%s) LEFT", member.name, member.uuid)
-            finally:
-                member.close()
-        return worker.exitcode or 0
+            if self.member is not None:
+                try:
+                    # LEFT first: from then on reports of our task groups are no-ops, and the
+                    # master treats them as lost with this member.
+                    if leave(self.member.id):
+                        log.info("member %s (%s) LEFT", self.member.name, self.member.uuid)
+                finally:
+                    from .runtime import current
+
+                    runtime = current()
+                    if runtime is not None:
+                        runtime.stop_all()
+                    self.member.close()
+        return (worker.exitcode if worker is not None else 0) or 0
+
+
+def _exit_on_signal(signum, frame) -> None:
+    raise SystemExit(0)

@@ -133,12 +133,15 @@ class LocalCluster:
         self.spec_path.write_text(json.dumps(asdict(spec), indent=2))
 
     def pid(self, name: str) -> int | None:
+        """The pid of a running process of ours, or None (a recycled pid is not ours)."""
         try:
-            return int(self.pid_path(name).read_text().strip())
+            pid_text, *start = self.pid_path(name).read_text().split()
+            pid = int(pid_text)
         except (FileNotFoundError, ValueError):
             return None
-
-    # -- processes ---------------------------------------------------------------------------
+        if start and process_start_time(pid) not in (None, start[0]):
+            return None  # that pid now belongs to another process
+        return pid
 
     @staticmethod
     def pid_alive(pid: int | None) -> bool:
@@ -146,12 +149,8 @@ class LocalCluster:
             return False
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, os.WNOHANG)  # reap our own child if it died
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            return False
-        state = stat.rsplit(")", 1)[1].split()[0]
-        return state not in ("Z", "X")
+        stat = _proc_stat(pid)
+        return stat is not None and stat[0] not in ("Z", "X")
 
     def alive(self, name: str) -> bool:
         return self.pid_alive(self.pid(name))
@@ -181,7 +180,7 @@ class LocalCluster:
                 cwd=settings.BASE_DIR,
                 start_new_session=True,
             )
-        self.pid_path(proc.name).write_text(str(child.pid))
+        self.pid_path(proc.name).write_text(f"{child.pid} {process_start_time(child.pid) or ''}")
         return child.pid
 
     def signal(self, name: str, signum: int) -> int:
@@ -294,6 +293,7 @@ class LocalCluster:
             pid = self.pid(proc.name)
             if self.pid_alive(pid):
                 with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)  # a stopped process cannot act on SIGTERM
                     os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for proc in order:
@@ -304,6 +304,21 @@ class LocalCluster:
                     os.kill(pid, signal.SIGKILL)
                 self.wait_exit(proc.name, 5)
             self.pid_path(proc.name).unlink(missing_ok=True)
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return stat.rsplit(")", 1)[1].split()
+
+
+def process_start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
+    fields = _proc_stat(pid)
+    return fields[19] if fields and len(fields) > 19 else None
 
 
 ADMIN_USERNAME = "admin"

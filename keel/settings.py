@@ -107,7 +107,7 @@ TEMPLATES = [
 
 _db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
 _db["OPTIONS"] = {
-    "application_name": f"keel:{PROCESS_NAME}",
+    "application_name": f"keel:{PROCESS_NAME}:{os.getpid()}",
     # TCP keepalives: a half-open connection (peer vanished without FIN) is noticed in seconds,
     # so it cannot keep a session advisory lock (leadership, membership) alive for long.
     "keepalives": 1,

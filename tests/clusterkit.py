@@ -174,7 +174,7 @@ class Cluster:
         out = {}
         for path in (self.var_dir / "cluster").glob("*.pid"):
             with contextlib.suppress(ValueError, FileNotFoundError):
-                out[path.stem] = int(path.read_text().strip())
+                out[path.stem] = int(path.read_text().split()[0])
         return out
 
     def pid(self, name: str) -> int:

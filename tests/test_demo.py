@@ -53,7 +53,7 @@ def test_demo_runs_until_ctrl_c_and_stops_everything(db_template):
         with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
             overview = json.loads(resp.read())
         assert overview["members"]["alive"] == 3 and overview["activeMaster"]
-        pids = [int(p.read_text()) for p in (ROOT / var_dir / "cluster").glob("*.pid")]
+        pids = [int(p.read_text().split()[0]) for p in (ROOT / var_dir / "cluster").glob("*.pid")]
         assert len(pids) == 6
     finally:
         os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group

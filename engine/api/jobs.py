@@ -5,7 +5,7 @@ from __future__ import annotations
 import django_filters
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import PageNumberPagination
@@ -48,6 +48,12 @@ class JobSummarySerializer(serializers.ModelSerializer):
         fields = ["jobId", "jobName", "jobStatus", "createTime", "finishTime"]
 
 
+class MetricsSerializer(serializers.Serializer):
+    sourceReceivedCount = serializers.IntegerField()
+    sinkWriteCount = serializers.IntegerField()
+    rowsPerSecond = serializers.FloatField()
+
+
 class MemberRefSerializer(serializers.Serializer):
     uuid = serializers.UUIDField()
     name = serializers.CharField()
@@ -62,10 +68,30 @@ class TaskGroupSerializer(serializers.ModelSerializer):
     taskGroupId = serializers.IntegerField(source="id")
     member = MemberRefSerializer(allow_null=True)
     slot = SlotRefSerializer(allow_null=True)
+    errorMsg = serializers.CharField(source="error_msg")
+    metrics = serializers.SerializerMethodField()
 
     class Meta:
         model = TaskGroup
-        fields = ["taskGroupId", "kind", "index", "status", "attempt", "member", "slot"]
+        fields = [
+            "taskGroupId",
+            "kind",
+            "index",
+            "status",
+            "attempt",
+            "member",
+            "slot",
+            "errorMsg",
+            "metrics",
+        ]
+
+    @extend_schema_field(MetricsSerializer)
+    def get_metrics(self, group: TaskGroup) -> dict:
+        return {
+            "sourceReceivedCount": group.source_received,
+            "sinkWriteCount": group.sink_written,
+            "rowsPerSecond": round(group.rows_per_second, 1),
+        }
 
 
 class PipelineSerializer(serializers.Serializer):
@@ -81,6 +107,7 @@ class JobDetailSerializer(JobSummarySerializer):
     envOptions = serializers.JSONField(source="env")
     slotsNeeded = serializers.IntegerField(source="slots_needed")
     pipelines = PipelineSerializer(many=True)
+    metrics = serializers.SerializerMethodField()
 
     class Meta(JobSummarySerializer.Meta):
         fields = [
@@ -89,7 +116,19 @@ class JobDetailSerializer(JobSummarySerializer):
             "envOptions",
             "slotsNeeded",
             "pipelines",
+            "metrics",
         ]
+
+    @extend_schema_field(MetricsSerializer)
+    def get_metrics(self, job: Job) -> dict:
+        groups = [g for p in job.pipelines.all() for g in p.task_groups.all()]
+        return {
+            "sourceReceivedCount": sum(g.source_received for g in groups),
+            "sinkWriteCount": sum(g.sink_written for g in groups),
+            "rowsPerSecond": round(
+                sum(g.rows_per_second for g in groups if g.status == "RUNNING"), 1
+            ),
+        }
 
 
 class JobFilter(django_filters.FilterSet):

@@ -172,6 +172,11 @@ class SinkWriter:
         return None
 
     def close(self) -> None:
+        """The task group finished: make what was written final."""
+        return None
+
+    def abort(self) -> None:
+        """The task group was cancelled or failed: release resources, publish nothing more."""
         return None
 
 

@@ -1,0 +1,147 @@
+"""The active master's job orchestration steps: schedule, deliver, cancel, fail lost work.
+
+Each step reads its intent from PostgreSQL (job and task-group states), so a new active master
+picks up exactly where a dead one stopped; commands are idempotent and re-sent until the state
+they aim at is reached.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.db.models.functions import Now
+
+from . import lifecycle
+from .fencing import fenced
+from .models import TaskGroup
+from .scheduler import Deployment, schedule_next
+from .states import EXECUTION_TERMINAL, ExecutionStatus, JobStatus, MemberState
+
+log = logging.getLogger("keel.orchestration")
+REDELIVER_AFTER = 5.0
+CANCEL_RESEND = 2.0
+
+
+def send_deploy(deployments: list[Deployment], uuids: dict[str, str]) -> None:
+    from keel.celery import member_queue
+
+    from .tasks import deploy_task_group
+
+    for d in deployments:
+        deploy_task_group.apply_async(
+            args=[d.task_group_id, d.attempt, uuids[d.member_name]],
+            queue=member_queue(d.member_name),
+        )
+
+
+def _member_uuids(names: set[str]) -> dict[str, str]:
+    from .models import Member
+
+    return {
+        name: str(uuid)
+        for name, uuid in Member.objects.filter(
+            name__in=names, state=MemberState.ALIVE
+        ).values_list("name", "uuid")
+    }
+
+
+def schedule(epoch: int) -> bool:
+    deployments = schedule_next(epoch)
+    if not deployments:
+        return False
+    send_deploy(deployments, _member_uuids({d.member_name for d in deployments}))
+    return True
+
+
+def redeliver(epoch: int) -> bool:
+    """Re-send deploy commands that have not been acted on (lost message, dead master)."""
+    with fenced(epoch):
+        stale = list(
+            TaskGroup.objects.select_for_update(skip_locked=True, of=("self",))
+            .filter(
+                status=ExecutionStatus.DEPLOYING,
+                member__state=MemberState.ALIVE,
+                deployed_at__lt=Now() - _seconds(REDELIVER_AFTER),
+            )
+            .values_list("id", "attempt", "member__name", "member__uuid")[:200]
+        )
+        if stale:
+            TaskGroup.objects.filter(id__in=[s[0] for s in stale]).update(deployed_at=Now())
+    if not stale:
+        return False
+    from keel.celery import member_queue
+
+    from .tasks import deploy_task_group
+
+    for group_id, attempt, name, uuid in stale:
+        deploy_task_group.apply_async(args=[group_id, attempt, str(uuid)], queue=member_queue(name))
+    log.info("re-sent %s deploy commands", len(stale))
+    return True
+
+
+def _seconds(value: float):
+    from datetime import timedelta
+
+    return timedelta(seconds=value)
+
+
+class CancelSender:
+    """Sends cancel commands to task groups of CANCELING / FAILING jobs until they end."""
+
+    def __init__(self) -> None:
+        self.sent: dict[tuple[int, int], float] = {}
+
+    def step(self, epoch: int) -> bool:
+        groups = list(
+            TaskGroup.objects.filter(
+                job__status__in=[JobStatus.CANCELING, JobStatus.FAILING],
+                member__state=MemberState.ALIVE,
+            )
+            .exclude(status__in=EXECUTION_TERMINAL)
+            .values_list("id", "attempt", "member__name", "member__uuid")[:500]
+        )
+        now = time.monotonic()
+        due = [g for g in groups if now - self.sent.get((g[0], g[1]), 0) >= CANCEL_RESEND]
+        if not due:
+            return False
+        from keel.celery import member_queue
+
+        from .tasks import cancel_task_group
+
+        for group_id, attempt, name, uuid in due:
+            cancel_task_group.apply_async(
+                args=[group_id, attempt, str(uuid)], queue=member_queue(name)
+            )
+            self.sent[(group_id, attempt)] = now
+        live = {(g[0], g[1]) for g in groups}
+        self.sent = {k: v for k, v in self.sent.items() if k in live}
+        return True
+
+
+def fail_lost_task_groups(epoch: int) -> bool:
+    """Task groups whose member is gone can never report: fail them (recovery comes later)."""
+    lost = list(
+        TaskGroup.objects.exclude(status__in=EXECUTION_TERMINAL)
+        .exclude(status=ExecutionStatus.CREATED)
+        .exclude(member__state=MemberState.ALIVE)
+        .select_related("member")
+        .order_by("job_id", "id")[:500]
+    )
+    if not lost:
+        return False
+    count = 0
+    for group in lost:
+        member = group.member
+        reason = (
+            f"member {member.name} ({member.uuid}) lost: {member.end_reason or member.state}"
+            if member
+            else "member lost"
+        )
+        with fenced(epoch):
+            if lifecycle.finish_task_group(
+                group.id, group.attempt, None, ExecutionStatus.FAILED, reason
+            ):
+                count += 1
+    log.warning("failed %s task groups of lost members", count)
+    return count > 0

@@ -1,0 +1,147 @@
+"""Scheduling by the active master: PENDING jobs get slots in FIFO order, under row locks.
+
+The head of the queue (oldest PENDING job) is scheduled when enough slots are free; until then
+every later job waits too (FIFO: a big job is not starved by small ones). Slots of ALIVE members
+are taken with ``FOR UPDATE SKIP LOCKED``, spread across members by sequence; dynamic-slot
+members get new slot rows on demand. Deploy commands go out only after the commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.db import connection
+from django.db.models import Max
+from django.db.models.functions import Now
+
+from .events import append_events
+from .fencing import fenced
+from .models import EngineEvent, Job, Member, Pipeline, Slot, TaskGroup
+from .states import ExecutionStatus, JobStatus, MemberState, SlotMode, SlotState
+
+log = logging.getLogger("keel.scheduler")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    task_group_id: int
+    attempt: int
+    member_name: str
+
+
+def _free_slots(count: int) -> list[tuple[int, int]]:
+    """Lock up to ``count`` free slots of ALIVE members: [(slot id, member id)]."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT s.id, s.member_id
+              FROM engine_slot s JOIN engine_member m ON m.id = s.member_id
+             WHERE m.state = %s AND s.state = %s
+             ORDER BY s.sequence, s.member_id
+             LIMIT %s
+               FOR UPDATE OF s SKIP LOCKED
+            """,
+            [MemberState.ALIVE, SlotState.FREE, count],
+        )
+        return [(row[0], row[1]) for row in cur.fetchall()]
+
+
+def _dynamic_slots(count: int) -> list[tuple[int, int]]:
+    """Create ``count`` new slots on dynamic-slot members, round-robin."""
+    members = list(
+        Member.objects.filter(state=MemberState.ALIVE, slot_mode=SlotMode.DYNAMIC).order_by("id")
+    )
+    if not members or count <= 0:
+        return []
+    top = dict(
+        Slot.objects.filter(member__in=members)
+        .values("member_id")
+        .annotate(top=Max("sequence"))
+        .values_list("member_id", "top")
+    )
+    created = []
+    for i in range(count):
+        member = members[i % len(members)]
+        top[member.id] = top.get(member.id, 0) + 1
+        created.append(Slot(member=member, sequence=top[member.id], state=SlotState.FREE))
+    Slot.objects.bulk_create(created)
+    return [(slot.id, slot.member_id) for slot in created]
+
+
+def schedule_next(epoch: int) -> list[Deployment] | None:
+    """Schedule the oldest PENDING job if slots allow. None: nothing scheduled."""
+    with fenced(epoch):
+        job = (
+            Job.objects.select_for_update(skip_locked=True)
+            .filter(status=JobStatus.PENDING)
+            .order_by("id")
+            .first()
+        )
+        if job is None:
+            return None
+        groups = list(
+            TaskGroup.objects.filter(job=job)
+            .select_related("pipeline")
+            .order_by("pipeline__index", "kind", "index")
+        )
+        slots = _free_slots(len(groups))
+        if len(slots) < len(groups):
+            slots += _dynamic_slots(len(groups) - len(slots))
+        if len(slots) < len(groups):
+            return None  # stays PENDING; FIFO: nothing behind it goes first
+        names = dict(Member.objects.filter(id__in={m for _, m in slots}).values_list("id", "name"))
+        Slot.objects.filter(id__in=[s for s, _ in slots]).update(state=SlotState.ASSIGNED)
+        deployments = []
+        for group, (slot_id, member_id) in zip(groups, slots, strict=True):
+            group.slot_id, group.member_id = slot_id, member_id
+            group.status = ExecutionStatus.DEPLOYING
+            group.attempt += 1
+            group.error_msg = ""
+            group.deployed_at = Now()
+            deployments.append(Deployment(group.id, group.attempt, names[member_id]))
+        TaskGroup.objects.bulk_update(
+            groups, ["slot", "member", "status", "attempt", "error_msg", "deployed_at"]
+        )
+        Pipeline.objects.filter(job=job).update(status=ExecutionStatus.DEPLOYING)
+        job.status = JobStatus.SCHEDULED
+        job.save(update_fields=["status"])
+        events = [
+            EngineEvent(
+                kind="pipeline.status",
+                job_id=job.id,
+                epoch=epoch,
+                payload={
+                    "pipelineId": index,
+                    "from": ExecutionStatus.CREATED,
+                    "to": ExecutionStatus.DEPLOYING,
+                },
+            )
+            for index in sorted({g.pipeline.index for g in groups})
+        ]
+        events += [
+            EngineEvent(
+                kind="taskgroup.status",
+                job_id=job.id,
+                member_id=g.member_id,
+                epoch=epoch,
+                payload={
+                    "taskGroupId": g.id,
+                    "attempt": g.attempt,
+                    "to": ExecutionStatus.DEPLOYING,
+                    "slotId": g.slot_id,
+                },
+            )
+            for g in groups
+        ]
+        events.append(
+            EngineEvent(
+                kind="job.status",
+                job_id=job.id,
+                epoch=epoch,
+                payload={"from": JobStatus.PENDING, "to": JobStatus.SCHEDULED},
+            )
+        )
+        append_events(events)
+    log.info("job %s scheduled on %s slots", job.id, len(slots))
+    return deployments
