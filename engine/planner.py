@@ -268,7 +268,11 @@ def _pipelines(sources, transforms, sinks, plugins, errors) -> list[PipelinePlan
 
 
 def _propagate_schema(plan: PipelinePlan, plugins: dict, errors: list[dict]) -> None:
-    schemas = {plan.source.key: plugins[plan.source.path].output_schema()}
+    try:
+        schemas = {plan.source.key: plugins[plan.source.path].output_schema()}
+    except Exception as exc:
+        errors.append({"path": plan.source.path, "message": f"cannot read its schema: {exc}"})
+        return
     plan.source.schema = schemas[plan.source.key].to_json()
     pending = list(plan.transforms)
     while pending:
@@ -285,3 +289,13 @@ def _propagate_schema(plan: PipelinePlan, plugins: dict, errors: list[dict]) -> 
                 progressed = True
         if not progressed:  # pragma: no cover - cycles are rejected before
             break
+    for sink in plan.sinks:
+        check = getattr(plugins[sink.path], "input_errors", None)
+        if check is not None and sink.input in schemas:
+            try:
+                problems = check(schemas[sink.input])
+            except Exception as exc:
+                problems = [("", f"cannot check the target: {exc}")]
+            for option, message in problems:
+                path = f"{sink.path}.{option}" if option else sink.path
+                errors.append({"path": path, "message": message})

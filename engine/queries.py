@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.db import connection
 from django.db.models import Count, Q, QuerySet
 
-from .models import EngineEvent, Member
-from .states import MemberState, SlotState
+from .models import EngineEvent, Job, Member, Slot, TaskGroup
+from .states import EXECUTION_TERMINAL, JobStatus, MemberState, SlotState
 
 MAX_EVENT_PAGE = 500
 
@@ -44,6 +44,9 @@ def overview() -> dict:
         if holder and valid
         else None
     )
+    jobs = dict(
+        Job.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n")
+    )
     return {
         "activeMaster": active,
         "epoch": epoch,
@@ -52,7 +55,47 @@ def overview() -> dict:
         "assignedSlot": assigned,
         "unassignedSlot": total - assigned,
         "memberEventSequence": sequence,
+        "runningJobs": jobs.get(JobStatus.RUNNING, 0) + jobs.get(JobStatus.SCHEDULED, 0),
+        "pendingJobs": jobs.get(JobStatus.PENDING, 0) + jobs.get(JobStatus.CREATED, 0),
+        "finishedJobs": jobs.get(JobStatus.FINISHED, 0),
+        "failedJobs": jobs.get(JobStatus.FAILED, 0),
+        "canceledJobs": jobs.get(JobStatus.CANCELED, 0),
     }
+
+
+def slots() -> list[dict]:
+    """Every slot of every ALIVE member, with its owner (the task group holding it)."""
+    owners = {
+        g["slot_id"]: g
+        for g in TaskGroup.objects.filter(slot__isnull=False)
+        .exclude(status__in=EXECUTION_TERMINAL)
+        .values("slot_id", "id", "job_id", "pipeline__index")
+    }
+    out = []
+    for slot in (
+        Slot.objects.filter(member__state=MemberState.ALIVE)
+        .select_related("member")
+        .order_by("member__name", "sequence")
+    ):
+        owner = owners.get(slot.id)
+        out.append(
+            {
+                "id": slot.id,
+                "sequence": slot.sequence,
+                "state": slot.state,
+                "member": {"uuid": slot.member.uuid, "name": slot.member.name},
+                "owner": (
+                    {
+                        "jobId": owner["job_id"],
+                        "pipelineId": owner["pipeline__index"],
+                        "taskGroupId": owner["id"],
+                    }
+                    if owner
+                    else None
+                ),
+            }
+        )
+    return out
 
 
 def events_after(after: int, limit: int = MAX_EVENT_PAGE) -> list[EngineEvent]:

@@ -171,9 +171,16 @@ class TaskGroupThread(threading.Thread):
                 offset=offset, done=True
             )
 
-        return run_reader(
+        counters = run_reader(
             pipeline.plan, assignments, group.job.mode, context, self.stop, progress, split_done
         )
+        if group.job.mode == "STREAMING":
+            # A streaming reader never finishes on its own: one without (more) splits keeps its
+            # slot and idles until it is cancelled, as in Zeta.
+            while not self.stop.wait(0.5):
+                if not self.still_current():
+                    self.stop.set()
+        return counters
 
 
 class MemberRuntime:

@@ -70,6 +70,30 @@ class OverviewSerializer(serializers.Serializer):
     assignedSlot = serializers.IntegerField()
     unassignedSlot = serializers.IntegerField()
     memberEventSequence = serializers.IntegerField()
+    runningJobs = serializers.IntegerField()
+    pendingJobs = serializers.IntegerField()
+    finishedJobs = serializers.IntegerField()
+    failedJobs = serializers.IntegerField()
+    canceledJobs = serializers.IntegerField()
+
+
+class SlotOwnerSerializer(serializers.Serializer):
+    jobId = serializers.IntegerField()
+    pipelineId = serializers.IntegerField()
+    taskGroupId = serializers.IntegerField()
+
+
+class SlotMemberSerializer(serializers.Serializer):
+    uuid = serializers.UUIDField()
+    name = serializers.CharField()
+
+
+class SlotSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    sequence = serializers.IntegerField()
+    state = serializers.CharField()
+    member = SlotMemberSerializer()
+    owner = SlotOwnerSerializer(allow_null=True)
 
 
 class EngineEventSerializer(serializers.ModelSerializer):

@@ -6,6 +6,7 @@ from . import jobs, views
 urlpatterns = [
     path("overview", views.OverviewView.as_view(), name="api-overview"),
     path("members", views.MemberListView.as_view(), name="api-members"),
+    path("slots", views.SlotListView.as_view(), name="api-slots"),
     path("events", views.EventListView.as_view(), name="api-events"),
     path("jobs", jobs.JobListView.as_view(), name="api-jobs"),
     path("jobs/<int:job_id>", jobs.JobDetailView.as_view(), name="api-job"),

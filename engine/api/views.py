@@ -17,6 +17,7 @@ from .serializers import (
     EventQuerySerializer,
     MemberSerializer,
     OverviewSerializer,
+    SlotSerializer,
 )
 
 
@@ -35,6 +36,14 @@ class MemberListView(generics.ListAPIView):
 
     def get_queryset(self):
         return queries.members()
+
+
+class SlotListView(APIView):
+    """Every slot of every ALIVE member, with its state and owner."""
+
+    @extend_schema(responses=SlotSerializer(many=True), operation_id="slots_list")
+    def get(self, request: Request) -> Response:
+        return Response(SlotSerializer(queries.slots(), many=True).data)
 
 
 class EventListView(APIView):

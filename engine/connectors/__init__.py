@@ -27,7 +27,7 @@ def plugin_names(section: str) -> list[str]:
 
 def _load() -> None:
     # Importing the modules registers their plugins.
-    from . import console, fake, transforms  # noqa: F401
+    from . import console, fake, jdbc, localfile, transforms  # noqa: F401
 
 
 __all__ = ["Option", "Plugin", "get_plugin", "plugin_names", "register", "validate_block"]

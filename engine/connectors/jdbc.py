@@ -1,0 +1,282 @@
+"""Jdbc source and sink for PostgreSQL.
+
+The source splits a table by ranges of an integer partition column (the primary key by default)
+and streams each range with a server-side cursor. The sink writes each batch with COPY into a
+temporary table and one ``INSERT ... ON CONFLICT (primary_keys) DO UPDATE``: an upsert, so a
+replayed batch changes nothing.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import sql
+
+from . import register
+from .base import Option, SinkPlugin, SinkWriter, SourcePlugin
+from .schema import Schema
+
+PG_TYPES = {
+    "smallint": "int",
+    "integer": "int",
+    "bigint": "bigint",
+    "text": "string",
+    "character varying": "string",
+    "character": "string",
+    "double precision": "double",
+    "real": "float",
+    "numeric": "decimal",
+    "boolean": "boolean",
+    "date": "string",
+    "timestamp without time zone": "timestamp",
+    "timestamp with time zone": "timestamp",
+    "uuid": "string",
+    "json": "string",
+    "jsonb": "string",
+}
+INTEGER_TYPES = ("smallint", "integer", "bigint")
+
+
+def connect(config: dict, **kwargs) -> psycopg.Connection:
+    url = config["url"]
+    if url.startswith("jdbc:"):
+        url = url[len("jdbc:") :]
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ValueError("only PostgreSQL URLs are supported (jdbc:postgresql://host:port/db)")
+    return psycopg.connect(
+        url,
+        user=config.get("user") or None,
+        password=config.get("password") or None,
+        connect_timeout=5,
+        application_name="keel-jdbc",
+        **kwargs,
+    )
+
+
+def split_table(name: str) -> tuple[str, str]:
+    schema, _, table = name.rpartition(".")
+    return schema or "public", table
+
+
+def table_columns(conn: psycopg.Connection, table: str) -> list[tuple[str, str]]:
+    schema, name = split_table(table)
+    rows = conn.execute(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+        (schema, name),
+    ).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def primary_key(conn: psycopg.Connection, table: str) -> list[str]:
+    schema, name = split_table(table)
+    rows = conn.execute(
+        """
+        SELECT a.attname FROM pg_index i
+          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+         WHERE i.indrelid = (quote_ident(%s) || '.' || quote_ident(%s))::regclass
+           AND i.indisprimary
+        """,
+        (schema, name),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _table_ident(table: str) -> sql.Identifier:
+    schema, name = split_table(table)
+    return sql.Identifier(schema, name)
+
+
+def _check_connection(config: dict) -> list[tuple[str, str]]:
+    try:
+        with connect(config) as conn:
+            columns = table_columns(conn, config["table"])
+    except ValueError as exc:
+        return [("url", str(exc))]
+    except psycopg.Error as exc:
+        reason = (str(exc).strip().splitlines() or ["error"])[0]
+        return [("url", f"cannot connect: {reason}")]
+    if not columns:
+        return [("table", f"no table {config['table']!r} in that database")]
+    return []
+
+
+COMMON = (
+    Option("url", str, required=True, help="jdbc:postgresql://host:port/database"),
+    Option("user", str, default=""),
+    Option("password", str, default=""),
+    Option("table", str, required=True),
+)
+
+
+@register
+class JdbcSource(SourcePlugin):
+    name = "Jdbc"
+    options = (
+        *COMMON,
+        Option(
+            "partition_column",
+            str,
+            default="",
+            help="integer column to split by (default: the primary key)",
+        ),
+        Option("split.num", int, default=4, min=1),
+        Option("fetch_size", int, default=1000, min=1),
+    )
+
+    @classmethod
+    def check(cls, config):
+        errors = _check_connection(config)
+        if errors:
+            return errors
+        with connect(config) as conn:
+            types = dict(table_columns(conn, config["table"]))
+            column = config["partition_column"] or next(
+                iter(primary_key(conn, config["table"])), ""
+            )
+        if not column:
+            return [("partition_column", "the table has no primary key: name a column")]
+        if types.get(column) not in INTEGER_TYPES:
+            return [("partition_column", f"{column!r} must be an integer column of the table")]
+        unknown = [c for c, t in types.items() if t not in PG_TYPES]
+        if unknown:
+            return [("table", f"unsupported column type(s): {', '.join(unknown)}")]
+        return []
+
+    def _column(self, conn) -> str:
+        return self.config["partition_column"] or primary_key(conn, self.config["table"])[0]
+
+    def output_schema(self) -> Schema:
+        with connect(self.config) as conn:
+            return Schema(
+                tuple((c, PG_TYPES[t]) for c, t in table_columns(conn, self.config["table"]))
+            )
+
+    def create_splits(self, mode: str) -> list[dict]:
+        with connect(self.config) as conn:
+            column = self._column(conn)
+            low, high = conn.execute(
+                sql.SQL("SELECT min({c}), max({c}) FROM {t}").format(
+                    c=sql.Identifier(column), t=_table_ident(self.config["table"])
+                )
+            ).fetchone()
+        if low is None:
+            return []
+        count = self.config["split.num"]
+        step = max((high - low + 1) // count, 1)
+        splits, start = [], low
+        while start <= high:
+            end = high + 1 if len(splits) == count - 1 else min(start + step, high + 1)
+            splits.append(
+                {"splitId": f"range-{start}-{end}", "column": column, "low": start, "high": end}
+            )
+            start = end
+        return splits
+
+    def read(self, split: dict, offset: int, mode: str, batch_size: int):
+        query = sql.SQL("SELECT * FROM {t} WHERE {c} >= %s AND {c} < %s ORDER BY {c} OFFSET %s")
+        query = query.format(
+            t=_table_ident(self.config["table"]), c=sql.Identifier(split["column"])
+        )
+        with connect(self.config) as conn, conn.transaction():
+            with conn.cursor(name="keel_jdbc_source") as cur:
+                cur.itersize = self.config["fetch_size"]
+                cur.execute(query, (split["low"], split["high"], offset))
+                while True:
+                    rows = cur.fetchmany(batch_size)
+                    if not rows:
+                        return
+                    offset += len(rows)
+                    yield [tuple(r) for r in rows], offset
+
+
+class JdbcWriter(SinkWriter):
+    def __init__(self, config: dict, schema: Schema) -> None:
+        self.conn = connect(config, autocommit=False)
+        self.columns = schema.names
+        table = _table_ident(config["table"])
+        cols = sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
+        keys = config["primary_keys"] or []
+        self.conn.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE keel_stage ON COMMIT DELETE ROWS AS "
+                "SELECT {cols} FROM {t} WITH NO DATA"
+            ).format(cols=cols, t=table)
+        )
+        self.conn.commit()
+        upsert = sql.SQL("INSERT INTO {t} ({cols}) SELECT {cols} FROM keel_stage").format(
+            t=table, cols=cols
+        )
+        if keys:
+            updates = [c for c in self.columns if c not in keys]
+            conflict = sql.SQL(" ON CONFLICT ({keys}) ").format(
+                keys=sql.SQL(", ").join(sql.Identifier(k) for k in keys)
+            )
+            if updates:
+                action = sql.SQL("DO UPDATE SET ") + sql.SQL(", ").join(
+                    sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates
+                )
+            else:
+                action = sql.SQL("DO NOTHING")
+            upsert = upsert + conflict + action
+        self.upsert = upsert
+        self.copy = sql.SQL("COPY keel_stage ({cols}) FROM STDIN").format(cols=cols)
+
+    def write(self, rows: list[tuple]) -> None:
+        with self.conn.cursor() as cur:
+            with cur.copy(self.copy) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            cur.execute(self.upsert)
+        self.conn.commit()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def abort(self) -> None:
+        self.conn.close()
+
+
+@register
+class JdbcSink(SinkPlugin):
+    name = "Jdbc"
+    options = (
+        *COMMON,
+        Option(
+            "primary_keys",
+            list,
+            default=None,
+            help="upsert on these columns (idempotent); without them, plain insert",
+        ),
+    )
+
+    @classmethod
+    def check(cls, config):
+        errors = _check_connection(config)
+        if errors:
+            return errors
+        keys = config["primary_keys"]
+        if keys is not None and (not keys or not all(isinstance(k, str) for k in keys)):
+            return [("primary_keys", "must be a non-empty list of column names")]
+        with connect(config) as conn:
+            columns = {c for c, _ in table_columns(conn, config["table"])}
+        missing = [k for k in keys or [] if k not in columns]
+        if missing:
+            return [("primary_keys", f"not columns of {config['table']}: {', '.join(missing)}")]
+        return []
+
+    def input_errors(self, schema: Schema) -> list[tuple[str, str]]:
+        with connect(self.config) as conn:
+            columns = {c for c, _ in table_columns(conn, self.config["table"])}
+        missing = [n for n in schema.names if n not in columns]
+        if missing:
+            return [
+                (
+                    "table",
+                    f"{self.config['table']} has no column(s) {', '.join(missing)} "
+                    "for the incoming fields",
+                )
+            ]
+        return []
+
+    def writer(self, schema: Schema, context: dict) -> SinkWriter:
+        return JdbcWriter(self.config, schema)

@@ -1,0 +1,166 @@
+"""LocalFile source and sink: CSV or JSON lines on the local file system.
+
+The sink writes each reader's rows to a hidden temporary part and publishes it with an atomic
+rename when the task group finishes; a cancelled or failed attempt publishes nothing, so a
+restarted pipeline never leaves duplicates behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+
+from . import register
+from .base import Option, SinkPlugin, SinkWriter, SourcePlugin
+from .schema import Schema, parse_schema
+
+FORMATS = ("csv", "json")
+TMP_DIR = ".keel-tmp"
+
+
+def _convert(kind: str, value):
+    if value is None or value == "":
+        return None
+    if kind in ("int", "bigint"):
+        return int(value)
+    if kind in ("double", "float", "decimal"):
+        return float(value)
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        return str(value).strip().lower() in ("true", "1", "t", "yes")
+    return str(value)
+
+
+@register
+class LocalFileSource(SourcePlugin):
+    name = "LocalFile"
+    options = (
+        Option("path", str, required=True, help="a file, or a directory of files"),
+        Option("file_format_type", str, default="csv", choices=FORMATS),
+        Option("schema", dict, required=True, help="schema { fields { name = type } }"),
+        Option("field_delimiter", str, default=","),
+        Option("skip_header_rows", int, default=0, min=0),
+    )
+
+    @classmethod
+    def check(cls, config):
+        _, errors = parse_schema(config["schema"])
+        path = Path(config["path"])
+        if not path.exists():
+            errors.append(("path", f"no such file or directory: {path}"))
+        elif path.is_dir() and not any(p.is_file() for p in path.iterdir()):
+            errors.append(("path", f"the directory {path} holds no files"))
+        if len(config["field_delimiter"]) != 1:
+            errors.append(("field_delimiter", "must be one character"))
+        return errors
+
+    def output_schema(self) -> Schema:
+        return parse_schema(self.config["schema"])[0]
+
+    def files(self) -> list[Path]:
+        path = Path(self.config["path"])
+        if path.is_file():
+            return [path]
+        return sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+
+    def create_splits(self, mode: str) -> list[dict]:
+        return [{"splitId": f"file-{i}", "path": str(p)} for i, p in enumerate(self.files())]
+
+    def read(self, split: dict, offset: int, mode: str, batch_size: int):
+        schema = self.output_schema()
+        kinds = [kind for _, kind in schema.fields]
+        names = schema.names
+        with open(split["path"], newline="", encoding="utf-8") as fh:
+            lines = iter(fh)
+            for _ in range(self.config["skip_header_rows"] + offset):
+                if next(lines, None) is None:
+                    return
+            if self.config["file_format_type"] == "csv":
+                records = csv.reader(lines, delimiter=self.config["field_delimiter"])
+
+                def parse(rec):
+                    return tuple(_convert(k, v) for k, v in zip(kinds, rec, strict=False))
+            else:
+                records = (json.loads(line) for line in lines if line.strip())
+
+                def parse(obj):
+                    return tuple(_convert(k, obj.get(n)) for k, n in zip(kinds, names, strict=True))
+
+            batch = []
+            for record in records:
+                batch.append(parse(record))
+                if len(batch) >= batch_size:
+                    offset += len(batch)
+                    yield batch, offset
+                    batch = []
+            if batch:
+                offset += len(batch)
+                yield batch, offset
+
+
+class LocalFileWriter(SinkWriter):
+    def __init__(self, config: dict, schema: Schema, context: dict) -> None:
+        self.directory = Path(config["path"])
+        self.format = config["file_format_type"]
+        self.delimiter = config["field_delimiter"]
+        self.names = schema.names
+        ext = "csv" if self.format == "csv" else "jsonl"
+        part = (
+            f"part-{context.get('jobId', 0)}-{context.get('pipelineId', 0)}"
+            f"-{context.get('readerIndex', 0)}"
+        )
+        self.final = self.directory / f"{part}.{ext}"
+        tmp_dir = self.directory / TMP_DIR
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        self.tmp = tmp_dir / f"{part}.attempt-{context.get('attempt', 0)}.{ext}"
+        self.fh = open(self.tmp, "w", newline="", encoding="utf-8")
+        self.csv = csv.writer(self.fh, delimiter=self.delimiter) if self.format == "csv" else None
+        if self.csv is not None and config["header"]:
+            self.csv.writerow(self.names)
+
+    def write(self, rows: list[tuple]) -> None:
+        if self.csv is not None:
+            self.csv.writerows(rows)
+        else:
+            buf = io.StringIO()
+            for row in rows:
+                buf.write(json.dumps(dict(zip(self.names, row, strict=True)), default=str))
+                buf.write("\n")
+            self.fh.write(buf.getvalue())
+
+    def close(self) -> None:
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        self.fh.close()
+        os.replace(self.tmp, self.final)  # publish atomically
+
+    def abort(self) -> None:
+        self.fh.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+@register
+class LocalFileSink(SinkPlugin):
+    name = "LocalFile"
+    options = (
+        Option("path", str, required=True, help="the directory that receives the parts"),
+        Option("file_format_type", str, default="csv", choices=FORMATS),
+        Option("field_delimiter", str, default=","),
+        Option("header", bool, default=False, help="write a header row (csv)"),
+    )
+
+    @classmethod
+    def check(cls, config):
+        path = Path(config["path"])
+        if path.exists() and not path.is_dir():
+            return [("path", f"{path} exists and is not a directory")]
+        if len(config["field_delimiter"]) != 1:
+            return [("field_delimiter", "must be one character")]
+        return []
+
+    def writer(self, schema: Schema, context: dict) -> SinkWriter:
+        return LocalFileWriter(self.config, schema, context)
