@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.clusterkit import RUN, ROOT, SERVER_URL, Cluster, admin_conn, wait_for
+from tests.clusterkit import ROOT, RUN, SERVER_URL, Cluster, admin_conn, wait_for
 
 pytestmark = pytest.mark.cluster
 TERMINAL = {"FINISHED", "FAILED", "CANCELED"}
