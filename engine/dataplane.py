@@ -16,7 +16,7 @@ from .connectors import get_plugin
 from .connectors.base import SinkWriter
 from .connectors.schema import Schema
 
-BATCH_SIZE = 1024
+BATCH_SIZE = 4096
 METRICS_INTERVAL = 1.0
 
 
@@ -99,6 +99,8 @@ class Counters:
     window_start: float = field(default_factory=time.monotonic)
     window_rows: int = 0
     rate: float = 0.0
+    busy_seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
     def add(self, received: int, written: int) -> None:
         self.received += received
@@ -127,6 +129,7 @@ def run_reader(
     ``splits``: [{splitId, split, offset}]. ``on_progress`` is called at most once a second with
     the counters and the current {splitId: offset}; ``on_split_done`` when a split is exhausted.
     """
+    started, cpu_started = time.monotonic(), time.thread_time()
     source, chain = compile_chain(plan, context)
     source_key, source_path = plan["source"]["key"], plan["source"]["path"]
     counters = Counters()
@@ -163,6 +166,8 @@ def run_reader(
             completed = True
     finally:
         counters.roll()
+        counters.busy_seconds = time.monotonic() - started
+        counters.cpu_seconds = time.thread_time() - cpu_started
         if not completed:
             for _, _, writer in chain.sinks:
                 try:

@@ -93,7 +93,7 @@ def finish_task_group(
     member_id: int | None,
     status: str,
     error: str = "",
-    metrics: tuple[int, int, float] | None = None,
+    metrics: tuple[int, int, float, float, float] | None = None,
 ) -> bool:
     """A task group ends (FINISHED, FAILED or CANCELED): free its slot, roll up. Idempotent."""
     with transaction.atomic():
@@ -114,8 +114,20 @@ def finish_task_group(
         fields = ["status", "error_msg", "updated_at"]
         group.updated_at = Now()
         if metrics is not None:
-            group.source_received, group.sink_written, group.rows_per_second = metrics
-            fields += ["source_received", "sink_written", "rows_per_second"]
+            (
+                group.source_received,
+                group.sink_written,
+                group.rows_per_second,
+                group.busy_seconds,
+                group.cpu_seconds,
+            ) = metrics
+            fields += [
+                "source_received",
+                "sink_written",
+                "rows_per_second",
+                "busy_seconds",
+                "cpu_seconds",
+            ]
         group.save(update_fields=fields)
         if group.slot_id:
             Slot.objects.filter(id=group.slot_id).update(state=SlotState.FREE)

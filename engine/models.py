@@ -207,6 +207,9 @@ class TaskGroup(models.Model):
     source_received = models.BigIntegerField(default=0)
     sink_written = models.BigIntegerField(default=0)
     rows_per_second = models.FloatField(default=0.0)
+    #: Wall-clock and thread CPU seconds the data plane ran (for per-slot throughput).
+    busy_seconds = models.FloatField(default=0.0)
+    cpu_seconds = models.FloatField(default=0.0)
     deployed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(db_default=Now())
 

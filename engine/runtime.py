@@ -20,7 +20,7 @@ from .models import Job, Pipeline, SplitAssignment, TaskGroup
 from .states import EXECUTION_TERMINAL, ExecutionStatus, TaskGroupKind
 
 log = logging.getLogger("keel.runtime")
-SPLIT_WAIT_INTERVAL = 0.05
+SPLIT_WAIT_INTERVAL = 0.01
 
 
 class TaskGroupThread(threading.Thread):
@@ -61,7 +61,13 @@ class TaskGroupThread(threading.Thread):
             connections.close_all()
 
     def finish(self, status: str, error: str, counters: Counters) -> None:
-        metrics = (counters.received, counters.written, counters.rate)
+        metrics = (
+            counters.received,
+            counters.written,
+            counters.rate,
+            counters.busy_seconds,
+            counters.cpu_seconds,
+        )
         for attempt in range(5):  # the database may be briefly unreachable: retry the report
             try:
                 close_old_connections()

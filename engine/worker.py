@@ -8,6 +8,7 @@ the heartbeat thread ends the whole process: a removed member never resumes its 
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -90,6 +91,12 @@ class Worker:
                 loglevel="WARNING",
                 quiet=True,
             )
+            # Everything loaded so far lives as long as the process: keep it out of the cyclic
+            # GC, whose full collections would otherwise walk the whole Django/Celery heap
+            # again and again while the data plane allocates rows.
+            gc.freeze()
+            # Rows are short-lived tuples of scalars: collect the young generation less often.
+            gc.set_threshold(50_000, 20, 100)
             worker.start()
         finally:
             self.stopping.set()
