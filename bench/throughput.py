@@ -36,26 +36,34 @@ def bare_loop() -> tuple[float, float]:
     for start in range(0, ROWS, BATCH):
         rows = [(i, f"name-{i}", i * 0.5) for i in range(start, min(start + BATCH, ROWS))]
         count += len(rows)
-    return (count / (time.perf_counter() - started),
-            count / (time.thread_time() - cpu_started))
+    return (count / (time.perf_counter() - started), count / (time.thread_time() - cpu_started))
 
 
 def engine_run(cluster: Cluster) -> tuple[float, float]:
     """One batch job on the cluster: (rows per wall second, rows per CPU second) of its reader,
     as the reader's runtime thread measured them around its data plane."""
     request = urllib.request.Request(
-        f"http://127.0.0.1:{cluster.port}/api/v1/jobs", method="POST",
+        f"http://127.0.0.1:{cluster.port}/api/v1/jobs",
+        method="POST",
         data=json.dumps({"config": CONFIG}).encode(),
-        headers={"Authorization": f"Token {cluster.token}", "Content-Type": "application/json"})
+        headers={"Authorization": f"Token {cluster.token}", "Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=30) as resp:  # noqa: S310
         job_id = json.loads(resp.read())["jobId"]
-    wait_for(lambda: cluster.one("SELECT status IN ('FINISHED', 'FAILED') FROM engine_job "
-                                 "WHERE id = %s", (job_id,)), 300, interval=0.2,
-             what="the throughput job to end")
+    wait_for(
+        lambda: cluster.one(
+            "SELECT status IN ('FINISHED', 'FAILED') FROM engine_job WHERE id = %s", (job_id,)
+        ),
+        300,
+        interval=0.2,
+        what="the throughput job to end",
+    )
     assert cluster.one("SELECT status FROM engine_job WHERE id = %s", (job_id,)) == "FINISHED"
     rows, busy, cpu = cluster.db.execute(
         "SELECT source_received, busy_seconds, cpu_seconds FROM engine_taskgroup "
-        "WHERE job_id = %s AND kind = 'READER'", (job_id,)).fetchone()
+        "WHERE job_id = %s AND kind = 'READER'",
+        (job_id,),
+    ).fetchone()
     assert rows == ROWS
     return rows / busy, rows / cpu
 
@@ -75,10 +83,14 @@ def main() -> None:
     for index, label in ((0, "wall-clock"), (1, "CPU-time")):
         e = statistics.median(r[index] for r in engine)
         b = statistics.median(r[index] for r in bare)
-        print(f"{label}: engine FakeSource -> Blackhole per slot {e:,.0f} rows/s; "
-              f"bare loop {b:,.0f} rows/s; ratio {e / b:.2f} (goal >= 0.9)")
-    print("runs (engine wall, bare wall): " + "; ".join(
-        f"{e[0]:,.0f} / {b[0]:,.0f}" for e, b in zip(engine, bare, strict=True)))
+        print(
+            f"{label}: engine FakeSource -> Blackhole per slot {e:,.0f} rows/s; "
+            f"bare loop {b:,.0f} rows/s; ratio {e / b:.2f} (goal >= 0.9)"
+        )
+    print(
+        "runs (engine wall, bare wall): "
+        + "; ".join(f"{e[0]:,.0f} / {b[0]:,.0f}" for e, b in zip(engine, bare, strict=True))
+    )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from django.db import models
@@ -16,6 +17,23 @@ from .states import (
     SlotState,
     TaskGroupKind,
 )
+
+
+class OrderedJSONField(models.TextField):
+    """JSON kept as text, so object key order survives (jsonb sorts keys).
+
+    Plans depend on order: ``field_mapper { id = a, name = b }`` maps fields in that order and
+    ``schema { fields { ... } }`` declares columns in that order.
+    """
+
+    def from_db_value(self, value, expression, connection):
+        return None if value is None else json.loads(value)
+
+    def to_python(self, value):
+        return json.loads(value) if isinstance(value, str) else value
+
+    def get_prep_value(self, value):
+        return None if value is None else json.dumps(value)
 
 
 class MasterLease(models.Model):
@@ -174,7 +192,7 @@ class Pipeline(models.Model):
         max_length=16, choices=ExecutionStatus.choices, default=ExecutionStatus.CREATED
     )
     restore_count = models.IntegerField(default=0)
-    plan = models.JSONField()
+    plan = OrderedJSONField()
     #: Set by the enumerator once every split is assigned (readers wait for it).
     splits_assigned = models.BooleanField(default=False)
     error_msg = models.TextField(blank=True, default="")

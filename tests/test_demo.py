@@ -53,6 +53,24 @@ def test_demo_runs_until_ctrl_c_and_stops_everything(db_template):
         with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
             overview = json.loads(resp.read())
         assert overview["members"]["alive"] == 3 and overview["activeMaster"]
+        # The representative example jobs went in and run: the batch ones finish.
+        jobs = re.search(r"Jobs:\s+(.*)", text).group(1).split(", ")
+        assert len(jobs) == 4, text
+
+        def finished_jobs():
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/api/v1/jobs?jobStatus=FINISHED",
+                headers={"Authorization": f"Token {token}"},
+            )
+            with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+                return {j["jobName"] for j in json.loads(resp.read())["results"]}
+
+        wait_for(
+            lambda: {"fake-to-csv", "orders-to-report"} <= finished_jobs(),
+            60,
+            interval=0.5,
+            what="the demo's batch jobs to finish",
+        )
         pids = [int(p.read_text().split()[0]) for p in (ROOT / var_dir / "cluster").glob("*.pid")]
         assert len(pids) == 6
     finally:

@@ -222,3 +222,17 @@ def test_fuzzed_configs_never_produce_a_500(api, config):
 def test_fuzzed_request_bodies_never_produce_a_500(api, body):
     response = api.post("/api/v1/jobs", body, format="json")
     assert response.status_code in (201, 400)
+
+
+def test_plans_keep_the_order_of_mappings_and_schema_fields(api):
+    """jsonb would sort keys; plans must keep the user's order (columns, mappings)."""
+    config = """
+        source { FakeSource { schema { fields { zeta = string, id = bigint, amount = double } } } }
+        transform { FieldMapper { field_mapper { zeta = z, amount = a, id = i } } }
+        sink { Console { } }
+    """
+    job_id = submit(api, config).json()["jobId"]
+    plan = Pipeline.objects.get(job_id=job_id).plan
+    assert list(plan["source"]["config"]["schema"]["fields"]) == ["zeta", "id", "amount"]
+    assert list(plan["transforms"][0]["config"]["field_mapper"]) == ["zeta", "amount", "id"]
+    assert plan["transforms"][0]["schema"] == [["z", "string"], ["a", "double"], ["i", "bigint"]]

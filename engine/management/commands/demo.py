@@ -8,6 +8,9 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from engine.jobconfig import ConfigError
+from engine.jobs import submit_job
+from keel.examples import DEMO_SET, EXAMPLES_DIR, prepare_examples_db
 from keel.localcluster import ClusterError, ClusterSpec, LocalCluster, ensure_admin
 from keel.services import require_services
 
@@ -20,6 +23,20 @@ class Command(BaseCommand):
         parser.add_argument("--masters", type=int, default=2)
         parser.add_argument("--workers", type=int, default=3)
         parser.add_argument("--slots", type=int, default=8)
+
+    def submit_examples(self) -> str:
+        """Submit the representative set of example jobs; a line saying what went in."""
+        prepare_examples_db(settings.DATABASE_URL)
+        done = []
+        for name in DEMO_SET:
+            path = EXAMPLES_DIR / name
+            try:
+                job = submit_job(path.read_text(encoding="utf-8"))
+            except ConfigError as exc:
+                self.stderr.write(f"example {name} was not submitted: {exc}")
+                continue
+            done.append(f"{job.id} {job.name}")
+        return ", ".join(done) or "none"
 
     def handle(self, *args, **opts):
         require_services()
@@ -41,6 +58,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         try:
             username, password, token = ensure_admin(cluster.dir.parent)
+            submitted = self.submit_examples()
             self.stdout.write(
                 "\n".join(
                     [
@@ -53,7 +71,8 @@ class Command(BaseCommand):
                         f"http://127.0.0.1:{spec.port}/api/v1/overview",
                         f"  Processes:  {', '.join(p.name for p in spec.processes)} "
                         f"(logs in {cluster.dir})",
-                        "  Job submission arrives with the jobs issue; examples are in examples/.",
+                        f"  Jobs:       {submitted}",
+                        "  Submit:     ./run submit examples/fake_to_blackhole.batch.conf --wait",
                         "Press Ctrl-C to stop everything.",
                         "",
                     ]

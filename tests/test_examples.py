@@ -1,0 +1,79 @@
+"""Every example job is a valid job, and the LocalFile examples run end to end on a cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from engine.planner import plan_job
+from keel.examples import DEMO_SET, EXAMPLES_DIR, example_files, prepare_examples_db
+from tests.clusterkit import ROOT, RUN, SERVER_URL, Cluster, admin_conn
+
+
+@pytest.fixture(scope="module")
+def examples_db():
+    name = f"keel_examples_test_{os.getpid()}"
+    url = prepare_examples_db(SERVER_URL + "/postgres", name)
+    yield url
+    with admin_conn() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_there_is_a_batch_and_a_streaming_example_for_each_connector():
+    names = [p.name for p in example_files()]
+    text = {p.name: p.read_text() for p in example_files()}
+    for plugin in ("FakeSource", "Console", "Blackhole", "LocalFile", "Jdbc"):
+        for mode in ("BATCH", "STREAMING"):
+            assert any(plugin in text[n] and f"job.mode = {mode}" in text[n] for n in names), (
+                plugin,
+                mode,
+            )
+    assert all((EXAMPLES_DIR / n).exists() for n in DEMO_SET)
+
+
+@pytest.mark.parametrize("path", example_files(), ids=lambda p: p.name)
+def test_every_example_plans(path, examples_db, tmp_path):
+    (tmp_path / "fake-csv").mkdir()  # what the CSV example reads, as the other one writes it
+    (tmp_path / "fake-csv" / "part-1-1-0.csv").write_text("id,name,score\n1,a,0.5\n")
+    plan = plan_job(path.read_text().replace(".var/examples", str(tmp_path)))
+    assert plan.pipelines and plan.slots_needed >= 2
+
+
+def test_localfile_examples_run_on_a_cluster(db_template, tmp_path):
+    """FakeSource -> Filter -> CSV, then CSV -> RowFilter -> JSON lines, with ./run submit."""
+    cluster = Cluster(db_template, masters=1, workers=1, slots=4)
+    try:
+        cluster.up()
+        outputs = []
+        for name in ("fake_to_localfile.batch.conf", "localfile_to_localfile.batch.conf"):
+            text = (EXAMPLES_DIR / name).read_text().replace(".var/examples", str(tmp_path))
+            conf = tmp_path / name
+            conf.write_text(text)
+            proc = subprocess.run(
+                [RUN, "submit", str(conf), "--wait", "--timeout", "120"],
+                cwd=ROOT,
+                env=cluster.env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+            assert proc.returncode == 0, proc.stderr
+            outputs.append(proc.stderr)
+    finally:
+        cluster.down()
+    csv_lines = [
+        ln for p in (tmp_path / "fake-csv").glob("part-*.csv") for ln in p.read_text().splitlines()
+    ]
+    assert sum(1 for ln in csv_lines if ln == "id,name,score") == 2  # a header per reader part
+    assert len(csv_lines) == 4000 + 2
+    records = [
+        json.loads(ln)
+        for p in (tmp_path / "high-scores").glob("part-*.jsonl")
+        for ln in p.read_text().splitlines()
+    ]
+    # score = id * 0.5, kept where score >= 250: ids 500..3999
+    assert sorted(r["id"] for r in records) == list(range(500, 4000))
+    assert set(records[0]) == {"id", "name", "score"}
