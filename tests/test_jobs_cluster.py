@@ -270,3 +270,20 @@ def test_submit_cli_reports_config_errors_with_path_and_line(jc):
     assert proc.returncode == 2
     assert "source[0].FakeSource.row.num (line 2): must be an integer" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_dynamic_slot_workers_accept_any_number(db_template):
+    """A dynamic-slot worker creates slots on demand: parallelism 6 needs 7 slots, it gets them."""
+    c = Cluster(db_template, masters=1, workers=1, slots=0, extra_args=("--dynamic-slots",))
+    try:
+        c.up()
+        assert c.api("/api/v1/overview")[1]["totalSlot"] == 0
+        job_id = submit(c, streaming(6))
+        detail = wait_status(c, job_id, {"RUNNING"}, timeout=30)
+        slots = {t["slot"]["id"] for p in detail["pipelines"] for t in p["taskGroups"]}
+        assert len(slots) == 7
+        assert c.api("/api/v1/overview")[1]["assignedSlot"] == 7
+        assert post(c, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
+        wait_status(c, job_id, {"CANCELED"}, timeout=30)
+    finally:
+        c.down()
