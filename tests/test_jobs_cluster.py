@@ -287,3 +287,38 @@ def test_dynamic_slot_workers_accept_any_number(db_template):
         wait_status(c, job_id, {"CANCELED"}, timeout=30)
     finally:
         c.down()
+
+
+def test_lost_deploy_commands_are_redelivered(jc):
+    """A master that commits a schedule and dies before sending the deploy commands leaves the
+    intent in PostgreSQL: the active master re-sends them and the job runs."""
+    epoch, _ = jc.active_master()
+    # Create and schedule a job from another process, as the active master would, but never
+    # send the deploy commands.
+    script = (
+        "import django, sys; django.setup()\n"
+        "from django.db import transaction\n"
+        "from engine.jobs import submit_job\n"
+        "from engine.scheduler import schedule_next\n"
+        "with transaction.atomic():  # the real master cannot see the job before it is ours\n"
+        "    job = submit_job(sys.stdin.read())\n"
+        "    assert schedule_next(int(sys.argv[1]))\n"
+        "print(job.id)\n"
+    )
+    env = dict(jc.env, DJANGO_SETTINGS_MODULE="keel.settings")
+    proc = subprocess.run(
+        [str(ROOT / ".venv/bin/python"), "-c", script, str(epoch)],
+        cwd=ROOT,
+        env=env,
+        input=streaming(1),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    job_id = int(proc.stdout.strip())
+    assert job(jc, job_id)["jobStatus"] in ("SCHEDULED", "RUNNING")
+    wait_status(jc, job_id, {"RUNNING"}, timeout=20)
+    assert post(jc, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
+    wait_status(jc, job_id, {"CANCELED"}, timeout=30)
+    wait_for(lambda: free_slots(jc) == 8, 10, what="every slot to be free")
