@@ -28,6 +28,7 @@ def cluster(request: HttpRequest) -> HttpResponse:
     context = {
         "overview": queries.overview(),
         "members": queries.members()[:200],
+        "jobs": queries.recent_jobs(),
     }
     if request.headers.get("HX-Request"):
         return render(request, "dashboard/htmx/cluster.html", context)

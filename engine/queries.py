@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.db import connection
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, Sum
 
 from .models import EngineEvent, Job, Member, Slot, TaskGroup
 from .states import EXECUTION_TERMINAL, JobStatus, MemberState, SlotState
@@ -96,6 +96,14 @@ def slots() -> list[dict]:
             }
         )
     return out
+
+
+def recent_jobs(limit: int = 20) -> QuerySet[Job]:
+    """The newest jobs with their row counts (for the dashboard)."""
+    return Job.objects.annotate(
+        rows_read=Sum("task_groups__source_received"),
+        rows_written=Sum("task_groups__sink_written"),
+    ).order_by("-id")[:limit]
 
 
 def events_after(after: int, limit: int = MAX_EVENT_PAGE) -> list[EngineEvent]:

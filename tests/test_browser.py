@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
+import urllib.request
 
 import pytest
 
@@ -61,5 +63,28 @@ def test_operator_logs_in_and_watches_a_worker_die(healthy, browser):
         interval=0.2,
         what="the dashboard to show the worker REMOVED",
     )
+    # A job submitted over the API shows up, live, and finishes with its row count.
+    body = json.dumps(
+        {
+            "config": "env { job.name = browser-job }\n"
+            "source { FakeSource { row.num = 321 } }\nsink { Blackhole {} }"
+        }
+    )
+    request = urllib.request.Request(
+        f"{base}/api/v1/jobs",
+        data=body.encode(),
+        method="POST",
+        headers={"Authorization": f"Token {healthy.token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+        assert resp.status == 201
+    job_row = page.locator("table.jobs tr", has_text="browser-job")
+    wait_for(
+        lambda: job_row.count() == 1 and "FINISHED" in job_row.inner_text(),
+        30,
+        interval=0.2,
+        what="the dashboard to show the job FINISHED",
+    )
+    assert "321" in job_row.inner_text()
     page.screenshot(path=str(healthy.var_dir / "dashboard.png"))
     page.close()

@@ -16,6 +16,29 @@ import redis
 from tests.clusterkit import ROOT, RUN, SERVER_URL, free_port, pid_alive, wait_for
 
 
+def start_demo(args: list[str], env: dict) -> subprocess.Popen:
+    """``./run demo`` in its own process group (so a test can send it Ctrl-C)."""
+    return subprocess.Popen(
+        [RUN, "demo", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def read_until_ready(demo: subprocess.Popen) -> str:
+    """Everything the demo printed up to its "Press Ctrl-C" line."""
+    output = []
+    for line in demo.stdout:
+        output.append(line)
+        if "Press Ctrl-C" in line:
+            break
+    return "".join(output)
+
+
 def test_demo_runs_until_ctrl_c_and_stops_everything(db_template):
     port = free_port()
     var_dir = tempfile.mkdtemp(prefix="keel-demo-")
@@ -28,22 +51,9 @@ def test_demo_runs_until_ctrl_c_and_stops_everything(db_template):
         KEEL_VAR_DIR=var_dir,
         PYTHONUNBUFFERED="1",
     )
-    demo = subprocess.Popen(
-        [RUN, "demo", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    output = []
+    demo = start_demo(["--port", str(port)], env)
     try:
-        for line in demo.stdout:
-            output.append(line)
-            if "Press Ctrl-C" in line:
-                break
-        text = "".join(output)
+        text = read_until_ready(demo)
         assert f"http://127.0.0.1:{port}/" in text, text
         token = re.search(r"API token:\s+(\w+)", text).group(1)
         assert re.search(r"Login:\s+admin / \S+", text)
@@ -97,22 +107,9 @@ def test_demo_starts_private_services_when_nothing_answers():
         KEEL_EMBEDDED_PG_PORT=str(pg_port),
         KEEL_EMBEDDED_REDIS_PORT=str(redis_port),
     )
-    demo = subprocess.Popen(
-        [RUN, "demo", "--port", str(port), "--workers", "1"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    output = []
+    demo = start_demo(["--port", str(port), "--workers", "1"], env)
     try:
-        for line in demo.stdout:
-            output.append(line)
-            if "Press Ctrl-C" in line:
-                break
-        text = "".join(output)
+        text = read_until_ready(demo)
         assert "started a private one under .var/postgres" in text, text
         assert "started a private one under .var/redis" in text, text
         assert (var_dir / "postgres" / "PG_VERSION").exists()
