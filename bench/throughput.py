@@ -48,7 +48,7 @@ def engine_run(cluster: Cluster) -> tuple[float, float]:
         data=json.dumps({"config": CONFIG}).encode(),
         headers={"Authorization": f"Token {cluster.token}", "Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=30) as resp:  # noqa: S310
+    with urllib.request.urlopen(request, timeout=30) as resp:
         job_id = json.loads(resp.read())["jobId"]
     wait_for(
         lambda: cluster.one(

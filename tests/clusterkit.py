@@ -230,7 +230,7 @@ class Cluster:
         if token:
             request.add_header("Authorization", f"Token {token}")
         try:
-            with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+            with urllib.request.urlopen(request, timeout=10) as resp:
                 body = resp.read()
                 status = resp.status
         except urllib.error.HTTPError as exc:

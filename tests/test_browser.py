@@ -76,7 +76,7 @@ def test_operator_logs_in_and_watches_a_worker_die(healthy, browser):
         method="POST",
         headers={"Authorization": f"Token {healthy.token}", "Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+    with urllib.request.urlopen(request, timeout=10) as resp:
         assert resp.status == 201
     job_row = page.locator("table.jobs tr", has_text="browser-job")
     wait_for(

@@ -60,7 +60,7 @@ def test_demo_runs_until_ctrl_c_and_stops_everything(db_template):
         request = urllib.request.Request(
             f"http://127.0.0.1:{port}/api/v1/overview", headers={"Authorization": f"Token {token}"}
         )
-        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=10) as resp:
             overview = json.loads(resp.read())
         assert overview["members"]["alive"] == 3 and overview["activeMaster"]
         # The representative example jobs went in and run: the batch ones finish.
@@ -72,7 +72,7 @@ def test_demo_runs_until_ctrl_c_and_stops_everything(db_template):
                 f"http://127.0.0.1:{port}/api/v1/jobs?jobStatus=FINISHED",
                 headers={"Authorization": f"Token {token}"},
             )
-            with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+            with urllib.request.urlopen(request, timeout=10) as resp:
                 return {j["jobName"] for j in json.loads(resp.read())["results"]}
 
         wait_for(
@@ -117,7 +117,7 @@ def test_demo_starts_private_services_when_nothing_answers():
         request = urllib.request.Request(
             f"http://127.0.0.1:{port}/api/v1/overview", headers={"Authorization": f"Token {token}"}
         )
-        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=10) as resp:
             assert json.loads(resp.read())["members"]["alive"] == 1
         assert redis.Redis(port=redis_port).ping()
     finally:

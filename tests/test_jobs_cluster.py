@@ -39,7 +39,7 @@ def post(c: Cluster, path: str, body: dict | None = None) -> tuple[int, dict]:
         headers={"Authorization": f"Token {c.token}", "Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=30) as resp:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=30) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
