@@ -83,12 +83,23 @@ def compile_chain(plan: dict, context: dict) -> tuple[object, Chain]:
         schemas[node["key"]] = Schema.from_json(node["schema"])
         paths[node["key"]] = node["path"]
     sinks = []
-    for node in plan["sinks"]:
-        plugin = guarded(node["path"], instantiate, node)
-        writer = guarded(
-            node["path"], plugin.writer, schemas[node["input"]], {**context, "label": node["path"]}
-        )
-        sinks.append((node["path"], node["input"], writer))
+    try:
+        for node in plan["sinks"]:
+            plugin = guarded(node["path"], instantiate, node)
+            writer = guarded(
+                node["path"],
+                plugin.writer,
+                schemas[node["input"]],
+                {**context, "label": node["path"]},
+            )
+            sinks.append((node["path"], node["input"], writer))
+    except BaseException:
+        for _, _, writer in sinks:  # a later sink failed: release the ones already open
+            try:
+                writer.abort()
+            except Exception:  # noqa: S110 - already failing
+                pass
+        raise
     return source, Chain(steps, sinks, paths)
 
 

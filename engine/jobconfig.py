@@ -142,24 +142,30 @@ def _rename_plugin_blocks(text: str) -> tuple[str, dict[tuple[str, int], int]]:
     """Rename each plugin block key of the top-level sections; return (text, block lines)."""
     edits: list[tuple[int, int, str]] = []
     lines: dict[tuple[str, int], int] = {}
-    i = 0
-    depth = 0
+    counters: dict[str, int] = {}
+    i = _skip_space(text, 0)
+    root = 0
+    if i < len(text) and text[i] == "{":
+        # The whole config in braces (valid HOCON, and how JSON looks): its keys are top level.
+        root = 1
+        i += 1
+    depth = root
     while i < len(text):
         i = _skip_space(text, i)
         if i >= len(text):
             break
         ch = text[i]
-        if ch == '"' and depth:
+        if ch == '"' and depth > root:
             i = _skip_string(text, i)
             continue
-        if depth == 0:
+        if depth == root:
             key = _read_key(text, i)
             if key is not None:
                 name, end = key
                 brace = _opens_object(text, end)
                 if name in SECTIONS and brace is not None:
                     close = _matching_brace(text, brace)
-                    _rename_in_section(text, name, brace + 1, close, edits, lines)
+                    _rename_in_section(text, name, brace + 1, close, edits, lines, counters)
                     i = close + 1
                     continue
                 i = end
@@ -178,9 +184,17 @@ def _rename_plugin_blocks(text: str) -> tuple[str, dict[tuple[str, int], int]]:
 
 
 def _rename_in_section(
-    text: str, section: str, start: int, stop: int, edits: list[tuple[int, int, str]], lines: dict
+    text: str,
+    section: str,
+    start: int,
+    stop: int,
+    edits: list[tuple[int, int, str]],
+    lines: dict,
+    counters: dict[str, int],
 ) -> None:
-    index = 0
+    """Rename the plugin keys of one ``section { ... }`` occurrence. Indexes continue across
+    occurrences (``sink {..} sink {..}`` merge in HOCON; their plugins must not)."""
+    index = counters.get(section, 0)
     i = start
     while i < stop:
         i = _skip_space(text, i)
@@ -204,6 +218,7 @@ def _rename_in_section(
         edits.append((i, end, f"__keel_{index}_{name}"))
         lines[(section, index)] = text.count("\n", 0, i) + 1
         index += 1
+        counters[section] = index
         i = _matching_brace(text, brace) + 1
 
 

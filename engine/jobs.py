@@ -78,8 +78,8 @@ def cancel_job(job_id: int) -> Job:
         job = Job.objects.select_for_update().get(id=job_id)
         if job.status in JOB_TERMINAL:
             raise JobStateError(f"job {job.id} is already {job.status}")
-        if job.status == JobStatus.CANCELING:
-            return job
+        if job.status in (JobStatus.CANCELING, JobStatus.FAILING):
+            return job  # already stopping every task group; FAILING ends as FAILED
         target = (
             JobStatus.CANCELED
             if job.status in (JobStatus.CREATED, JobStatus.PENDING)

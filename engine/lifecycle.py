@@ -40,7 +40,15 @@ def mark_running(task_group_id: int, attempt: int, member_id: int) -> bool:
     """DEPLOYING -> RUNNING for this attempt on this member; False if it is not ours any more."""
     with transaction.atomic():
         job = _lock_job_of(task_group_id)
-        if job is None or job.status in JOB_TERMINAL:
+        if (
+            job is None
+            or job.status in JOB_TERMINAL
+            or job.status
+            in (
+                JobStatus.CANCELING,
+                JobStatus.FAILING,
+            )
+        ):
             return False
         changed = TaskGroup.objects.filter(
             id=task_group_id,
@@ -209,6 +217,8 @@ def _job_target(current: str, pipelines: list[Pipeline]) -> str:
     if current in (JobStatus.SCHEDULED, JobStatus.RUNNING):
         if terminal and all(s == ES.FINISHED for s in statuses):
             return JobStatus.FINISHED
+        if terminal:  # some pipeline ended CANCELED without the job being cancelled
+            return JobStatus.FAILED
         if all(s in (ES.RUNNING, ES.FINISHED) for s in statuses):
             return JobStatus.RUNNING
     return current

@@ -11,6 +11,7 @@ import logging
 import time
 
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from . import lifecycle
 from .fencing import fenced
@@ -20,42 +21,41 @@ from .states import EXECUTION_TERMINAL, ExecutionStatus, JobStatus, MemberState
 
 log = logging.getLogger("keel.orchestration")
 REDELIVER_AFTER = 5.0
+DEPLOY_TIMEOUT = 60.0
 CANCEL_RESEND = 2.0
 
 
-def send_deploy(deployments: list[Deployment], uuids: dict[str, str]) -> None:
-    from keel.celery import member_queue
-
+def send_deploy(deployments: list[Deployment]) -> None:
+    """Send deploy commands; a message that cannot be sent is re-sent by ``redeliver``."""
     from .tasks import deploy_task_group
 
     for d in deployments:
-        deploy_task_group.apply_async(
-            args=[d.task_group_id, d.attempt, uuids[d.member_name]],
-            queue=member_queue(d.member_name),
-        )
+        send(deploy_task_group, d.task_group_id, d.attempt, d.member_name, d.member_uuid)
 
 
-def _member_uuids(names: set[str]) -> dict[str, str]:
-    from .models import Member
+def send(task, group_id: int, attempt: int, member_name: str, member_uuid: str) -> bool:
+    from keel.celery import member_queue
 
-    return {
-        name: str(uuid)
-        for name, uuid in Member.objects.filter(
-            name__in=names, state=MemberState.ALIVE
-        ).values_list("name", "uuid")
-    }
+    try:
+        task.apply_async(args=[group_id, attempt, member_uuid], queue=member_queue(member_name))
+        return True
+    except Exception:
+        log.warning("could not send %s to %s", task.name, member_name, exc_info=True)
+        return False
 
 
 def schedule(epoch: int) -> bool:
     deployments = schedule_next(epoch)
     if not deployments:
         return False
-    send_deploy(deployments, _member_uuids({d.member_name for d in deployments}))
+    send_deploy(deployments)
     return True
 
 
 def redeliver(epoch: int) -> bool:
-    """Re-send deploy commands that have not been acted on (lost message, dead master)."""
+    """Re-send deploy commands that have not been acted on (lost message, dead master), and
+    fail deployments a live member has not taken up within DEPLOY_TIMEOUT (its consumer is
+    stuck): a job must never wait on a command for ever."""
     with fenced(epoch):
         stale = list(
             TaskGroup.objects.select_for_update(skip_locked=True, of=("self",))
@@ -64,18 +64,28 @@ def redeliver(epoch: int) -> bool:
                 member__state=MemberState.ALIVE,
                 deployed_at__lt=Now() - _seconds(REDELIVER_AFTER),
             )
-            .values_list("id", "attempt", "member__name", "member__uuid")[:200]
+            .values_list("id", "attempt", "member__name", "member__uuid", "updated_at")[:200]
         )
         if stale:
             TaskGroup.objects.filter(id__in=[s[0] for s in stale]).update(deployed_at=Now())
     if not stale:
         return False
-    from keel.celery import member_queue
-
     from .tasks import deploy_task_group
 
-    for group_id, attempt, name, uuid in stale:
-        deploy_task_group.apply_async(args=[group_id, attempt, str(uuid)], queue=member_queue(name))
+    cutoff = timezone.now() - _seconds(DEPLOY_TIMEOUT)
+    for group_id, attempt, name, uuid, since in stale:
+        if since < cutoff:
+            with fenced(epoch):
+                lifecycle.finish_task_group(
+                    group_id,
+                    attempt,
+                    None,
+                    ExecutionStatus.FAILED,
+                    f"member {name} ({uuid}) did not take up the deployment within "
+                    f"{DEPLOY_TIMEOUT:.0f}s",
+                )
+            continue
+        send(deploy_task_group, group_id, attempt, name, str(uuid))
     log.info("re-sent %s deploy commands", len(stale))
     return True
 
@@ -105,14 +115,10 @@ class CancelSender:
         due = [g for g in groups if now - self.sent.get((g[0], g[1]), 0) >= CANCEL_RESEND]
         if not due:
             return False
-        from keel.celery import member_queue
-
         from .tasks import cancel_task_group
 
         for group_id, attempt, name, uuid in due:
-            cancel_task_group.apply_async(
-                args=[group_id, attempt, str(uuid)], queue=member_queue(name)
-            )
+            send(cancel_task_group, group_id, attempt, name, str(uuid))
             self.sent[(group_id, attempt)] = now
         live = {(g[0], g[1]) for g in groups}
         self.sent = {k: v for k, v in self.sent.items() if k in live}

@@ -68,7 +68,9 @@ class TaskGroupThread(threading.Thread):
             counters.busy_seconds,
             counters.cpu_seconds,
         )
-        for attempt in range(5):  # the database may be briefly unreachable: retry the report
+        attempt = 0
+        while True:  # the report is the only record of how we ended: retry while we live
+            attempt += 1
             try:
                 close_old_connections()
                 lifecycle.finish_task_group(
@@ -80,11 +82,13 @@ class TaskGroupThread(threading.Thread):
                     "reporting %s for task group %s failed (try %s)",
                     status,
                     self.task_group_id,
-                    attempt + 1,
-                    exc_info=True,
+                    attempt,
+                    exc_info=attempt == 1,
                 )
                 connections.close_all()
-                time.sleep(0.2 * (attempt + 1))
+                # A fenced member exits (the heartbeat thread ends the process), so this loop
+                # cannot outlive our membership.
+                time.sleep(min(0.2 * attempt, 5.0))
 
     # -- enumerator --------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from django.db import connection
-from django.db.models import Max
+from django.db.models import Count, Max
 from django.db.models.functions import Now
 
 from .events import append_events
@@ -28,6 +28,7 @@ class Deployment:
     task_group_id: int
     attempt: int
     member_name: str
+    member_uuid: str
 
 
 def _free_slots(count: int) -> list[tuple[int, int]]:
@@ -48,9 +49,15 @@ def _free_slots(count: int) -> list[tuple[int, int]]:
 
 
 def _dynamic_slots(count: int) -> list[tuple[int, int]]:
-    """Create ``count`` new slots on dynamic-slot members, round-robin."""
+    """Create up to ``count`` new slots on dynamic-slot members, round-robin.
+
+    A dynamic member with ``slot_count`` > 0 never holds more than that many assigned slots;
+    0 means unbounded. Members are locked (in id order) so concurrent calls cannot overshoot.
+    """
     members = list(
-        Member.objects.filter(state=MemberState.ALIVE, slot_mode=SlotMode.DYNAMIC).order_by("id")
+        Member.objects.select_for_update()
+        .filter(state=MemberState.ALIVE, slot_mode=SlotMode.DYNAMIC)
+        .order_by("id")
     )
     if not members or count <= 0:
         return []
@@ -60,11 +67,25 @@ def _dynamic_slots(count: int) -> list[tuple[int, int]]:
         .annotate(top=Max("sequence"))
         .values_list("member_id", "top")
     )
-    created = []
-    for i in range(count):
-        member = members[i % len(members)]
-        top[member.id] = top.get(member.id, 0) + 1
-        created.append(Slot(member=member, sequence=top[member.id], state=SlotState.FREE))
+    used = dict(
+        Slot.objects.filter(member__in=members, state=SlotState.ASSIGNED)
+        .values("member_id")
+        .annotate(n=Count("id"))
+        .values_list("member_id", "n")
+    )
+    room = {
+        m.id: (m.slot_count - used.get(m.id, 0)) if m.slot_count > 0 else count for m in members
+    }
+    created: list[Slot] = []
+    while len(created) < count and any(r > 0 for r in room.values()):
+        for member in members:
+            if len(created) == count:
+                break
+            if room[member.id] <= 0:
+                continue
+            room[member.id] -= 1
+            top[member.id] = top.get(member.id, 0) + 1
+            created.append(Slot(member=member, sequence=top[member.id], state=SlotState.FREE))
     Slot.objects.bulk_create(created)
     return [(slot.id, slot.member_id) for slot in created]
 
@@ -90,7 +111,12 @@ def schedule_next(epoch: int) -> list[Deployment] | None:
             slots += _dynamic_slots(len(groups) - len(slots))
         if len(slots) < len(groups):
             return None  # stays PENDING; FIFO: nothing behind it goes first
-        names = dict(Member.objects.filter(id__in={m for _, m in slots}).values_list("id", "name"))
+        names = {
+            pk: (name, uuid)
+            for pk, name, uuid in Member.objects.filter(id__in={m for _, m in slots}).values_list(
+                "id", "name", "uuid"
+            )
+        }
         Slot.objects.filter(id__in=[s for s, _ in slots]).update(state=SlotState.ASSIGNED)
         deployments = []
         for group, (slot_id, member_id) in zip(groups, slots, strict=True):
@@ -99,9 +125,12 @@ def schedule_next(epoch: int) -> list[Deployment] | None:
             group.attempt += 1
             group.error_msg = ""
             group.deployed_at = Now()
-            deployments.append(Deployment(group.id, group.attempt, names[member_id]))
+            group.updated_at = Now()
+            name, member_uuid = names[member_id]
+            deployments.append(Deployment(group.id, group.attempt, name, str(member_uuid)))
         TaskGroup.objects.bulk_update(
-            groups, ["slot", "member", "status", "attempt", "error_msg", "deployed_at"]
+            groups,
+            ["slot", "member", "status", "attempt", "error_msg", "deployed_at", "updated_at"],
         )
         Pipeline.objects.filter(job=job).update(status=ExecutionStatus.DEPLOYING)
         job.status = JobStatus.SCHEDULED

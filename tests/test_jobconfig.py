@@ -70,3 +70,15 @@ def test_errors_name_the_path_and_line(text, path, line):
     assert first["path"] == path
     if line is not None:
         assert first["line"] == line
+
+
+def test_repeated_sections_keep_every_plugin():
+    job = parse_job_config("source { A {} }\nsink { K { n = 1 } }\nsink { K { n = 2 } }")
+    assert [(b.index, b.options) for b in job.section("sink")] == [(0, {"n": 1}), (1, {"n": 2})]
+
+
+def test_a_config_wrapped_in_braces_and_json_objects_work():
+    job = parse_job_config("{\n source { A { x = 1 } A { x = 2 } }\n sink { K {} }\n}")
+    assert [b.options["x"] for b in job.section("source")] == [1, 2]
+    job = parse_job_config('{"source": {"A": {"x": 1}, "A": {"x": 2}}, "sink": {"K": {}}}')
+    assert [b.options["x"] for b in job.section("source")] == [1, 2]

@@ -152,35 +152,49 @@ class JdbcSource(SourcePlugin):
             )
 
     def create_splits(self, mode: str) -> list[dict]:
+        """Contiguous ranges of the partition column, plus one split for its NULLs."""
+        table = _table_ident(self.config["table"])
         with connect(self.config) as conn:
             column = self._column(conn)
-            low, high = conn.execute(
-                sql.SQL("SELECT min({c}), max({c}) FROM {t}").format(
-                    c=sql.Identifier(column), t=_table_ident(self.config["table"])
-                )
+            order = [column, *[k for k in primary_key(conn, self.config["table"]) if k != column]]
+            low, high, nulls = conn.execute(
+                sql.SQL(
+                    "SELECT min({c}), max({c}), count(*) FILTER (WHERE {c} IS NULL) FROM {t}"
+                ).format(c=sql.Identifier(column), t=table)
             ).fetchone()
-        if low is None:
-            return []
-        count = self.config["split.num"]
-        step = max((high - low + 1) // count, 1)
-        splits, start = [], low
-        while start <= high:
-            end = high + 1 if len(splits) == count - 1 else min(start + step, high + 1)
-            splits.append(
-                {"splitId": f"range-{start}-{end}", "column": column, "low": start, "high": end}
-            )
-            start = end
+        base = {"column": column, "order": order}
+        splits = []
+        if low is not None:
+            count = self.config["split.num"]
+            step = max((high - low + 1) // count, 1)
+            start = low
+            while start <= high:
+                end = high + 1 if len(splits) == count - 1 else min(start + step, high + 1)
+                splits.append(
+                    {**base, "splitId": f"range-{start}-{end}", "low": start, "high": end}
+                )
+                start = end
+        if nulls:
+            splits.append({**base, "splitId": "nulls", "low": None, "high": None})
         return splits
 
     def read(self, split: dict, offset: int, mode: str, batch_size: int):
-        query = sql.SQL("SELECT * FROM {t} WHERE {c} >= %s AND {c} < %s ORDER BY {c} OFFSET %s")
-        query = query.format(
-            t=_table_ident(self.config["table"]), c=sql.Identifier(split["column"])
+        """Rows of the split in a total order (partition column, then the primary key), so a
+        resume from ``offset`` rows is exact."""
+        column = sql.Identifier(split["column"])
+        if split["low"] is None:
+            where, params = sql.SQL("{c} IS NULL").format(c=column), []
+        else:
+            where = sql.SQL("{c} >= %s AND {c} < %s").format(c=column)
+            params = [split["low"], split["high"]]
+        order = sql.SQL(", ").join(sql.Identifier(c) for c in split.get("order", [split["column"]]))
+        query = sql.SQL("SELECT * FROM {t} WHERE {w} ORDER BY {o} OFFSET %s").format(
+            t=_table_ident(self.config["table"]), w=where, o=order
         )
         with connect(self.config) as conn, conn.transaction():
             with conn.cursor(name="keel_jdbc_source") as cur:
                 cur.itersize = self.config["fetch_size"]
-                cur.execute(query, (split["low"], split["high"], offset))
+                cur.execute(query, [*params, offset])
                 while True:
                     rows = cur.fetchmany(batch_size)
                     if not rows:
@@ -207,6 +221,12 @@ class JdbcWriter(SinkWriter):
             t=table, cols=cols
         )
         if keys:
+            # One batch may hold a key twice: the last row of it wins (COPY keeps order).
+            key_list = sql.SQL(", ").join(sql.Identifier(k) for k in keys)
+            upsert = sql.SQL(
+                "INSERT INTO {t} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM keel_stage "
+                "ORDER BY {keys}, ctid DESC"
+            ).format(t=table, cols=cols, keys=key_list)
             updates = [c for c in self.columns if c not in keys]
             conflict = sql.SQL(" ON CONFLICT ({keys}) ").format(
                 keys=sql.SQL(", ").join(sql.Identifier(k) for k in keys)

@@ -71,28 +71,39 @@ class LocalFileSource(SourcePlugin):
         return [{"splitId": f"file-{i}", "path": str(p)} for i, p in enumerate(self.files())]
 
     def read(self, split: dict, offset: int, mode: str, batch_size: int):
+        """Records of the file from ``offset`` (records, not lines: blank lines are skipped and
+        a quoted CSV field may span lines). A record of the wrong width fails the task."""
         schema = self.output_schema()
         kinds = [kind for _, kind in schema.fields]
         names = schema.names
+        width = len(kinds)
         with open(split["path"], newline="", encoding="utf-8") as fh:
-            lines = iter(fh)
-            for _ in range(self.config["skip_header_rows"] + offset):
-                if next(lines, None) is None:
-                    return
             if self.config["file_format_type"] == "csv":
-                records = csv.reader(lines, delimiter=self.config["field_delimiter"])
-
-                def parse(rec):
-                    return tuple(_convert(k, v) for k, v in zip(kinds, rec, strict=False))
+                reader = csv.reader(fh, delimiter=self.config["field_delimiter"])
+                records = (r for r in reader if r)
             else:
-                records = (json.loads(line) for line in lines if line.strip())
-
-                def parse(obj):
-                    return tuple(_convert(k, obj.get(n)) for k, n in zip(kinds, names, strict=True))
-
+                records = (json.loads(line) for line in fh if line.strip())
+            for _ in range(self.config["skip_header_rows"]):
+                if next(records, None) is None:
+                    return
             batch = []
-            for record in records:
-                batch.append(parse(record))
+            for number, record in enumerate(records):
+                if number < offset:
+                    continue
+                if isinstance(record, list):
+                    if len(record) != width:
+                        raise ValueError(
+                            f"{split['path']}: record {number + 1} has "
+                            f"{len(record)} fields, the schema {width}"
+                        )
+                    row = tuple(_convert(k, v) for k, v in zip(kinds, record, strict=True))
+                elif isinstance(record, dict):
+                    row = tuple(
+                        _convert(k, record.get(n)) for k, n in zip(kinds, names, strict=True)
+                    )
+                else:
+                    raise ValueError(f"{split['path']}: record {number + 1} is not an object")
+                batch.append(row)
                 if len(batch) >= batch_size:
                     offset += len(batch)
                     yield batch, offset
