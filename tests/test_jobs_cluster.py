@@ -322,3 +322,38 @@ def test_lost_deploy_commands_are_redelivered(jc):
     assert post(jc, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
     wait_status(jc, job_id, {"CANCELED"}, timeout=30)
     wait_for(lambda: free_slots(jc) == 8, 10, what="every slot to be free")
+
+
+def test_jdbc_reads_null_partitions_and_upserts_repeated_keys(jc, data_db):
+    """Rows whose partition column is NULL are read; a key repeated within one batch upserts
+    (the last row wins) instead of failing the batch."""
+    with psycopg.connect(data_db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE src2 (id bigint PRIMARY KEY, grp int, name text)")
+        conn.execute(
+            "INSERT INTO src2 SELECT g, CASE WHEN g % 10 = 0 THEN NULL ELSE g % 7 END, "
+            "'n' || g FROM generate_series(1, 1000) g"
+        )
+        conn.execute("CREATE TABLE copy2 (id bigint PRIMARY KEY, grp int, name text)")
+        conn.execute("CREATE TABLE bygrp (grp int PRIMARY KEY, name text)")
+    url = "jdbc:" + data_db.replace("postgres://", "postgresql://")
+    job_id = submit(
+        jc,
+        textwrap.dedent(f"""
+        env {{ job.mode = BATCH, parallelism = 1 }}
+        source {{ Jdbc {{ plugin_output = rows, url = "{url}", table = src2,
+                         partition_column = grp, split.num = 3 }} }}
+        transform {{ Filter {{ plugin_input = rows, plugin_output = keyed,
+                              include_fields = [grp, name] }}
+                    RowFilter {{ plugin_input = keyed, plugin_output = grouped, field = grp,
+                                 op = ">=", value = "0" }} }}
+        sink {{ Jdbc {{ plugin_input = rows, url = "{url}", table = copy2, primary_keys = [id] }}
+               Jdbc {{ plugin_input = grouped, url = "{url}", table = bygrp,
+                       primary_keys = [grp] }} }}
+    """),
+    )
+    detail = wait_status(jc, job_id, TERMINAL, timeout=60)
+    assert detail["jobStatus"] == "FINISHED", detail["errorMsg"]
+    with psycopg.connect(data_db) as conn:
+        assert conn.execute("SELECT count(*) FROM copy2").fetchone()[0] == 1000
+        assert conn.execute("SELECT count(*) FROM copy2 WHERE grp IS NULL").fetchone()[0] == 100
+        assert conn.execute("SELECT count(*) FROM bygrp").fetchone()[0] == 7

@@ -119,6 +119,7 @@ class RowFilter(TransformPlugin):
 
         def process(rows):
             value = convert(raw)  # raises (and fails the task) if the value does not convert
-            return [r for r in rows if op(r[index], value)]
+            # SQL semantics: a NULL (None) compares as neither true nor false: the row goes.
+            return [r for r in rows if r[index] is not None and op(r[index], value)]
 
         return process
