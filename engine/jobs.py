@@ -9,6 +9,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from .events import append_event, append_events
+from .lifecycle import settle_job
 from .models import EngineEvent, Job, Pipeline, TaskGroup
 from .planner import JobPlan, plan_job
 from .states import (
@@ -94,12 +95,13 @@ def cancel_job(job_id: int) -> Job:
             job.pipelines.update(status="CANCELED")
             job.task_groups.update(status="CANCELED")
         job.save(update_fields=fields)
-        append_events(
-            [
-                EngineEvent(
-                    kind="job.status", job_id=job.id, payload={"from": previous, "to": target}
-                )
-            ]
-        )
+        events = [
+            EngineEvent(kind="job.status", job_id=job.id, payload={"from": previous, "to": target})
+        ]
+        if target == JobStatus.CANCELING:
+            # Task groups that already ended (e.g. a pipeline waiting to restore) will not
+            # report again: roll up now, so the job can end as soon as nothing runs.
+            events += settle_job(job)
+        append_events(events)
     job.refresh_from_db()
     return job

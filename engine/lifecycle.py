@@ -102,8 +102,12 @@ def finish_task_group(
     status: str,
     error: str = "",
     metrics: tuple[int, int, float, float, float] | None = None,
+    lost_member_id: int | None = None,
 ) -> bool:
-    """A task group ends (FINISHED, FAILED or CANCELED): free its slot, roll up. Idempotent."""
+    """A task group ends (FINISHED, FAILED or CANCELED): free its slot, roll up. Idempotent.
+
+    ``lost_member_id``: it failed because that member was lost (its pipeline may restore).
+    """
     with transaction.atomic():
         job = _lock_job_of(task_group_id)
         if job is None:
@@ -119,7 +123,8 @@ def finish_task_group(
         check_transition(EXECUTION_TRANSITIONS, group.status, status)
         group.status = status
         group.error_msg = error[:4000]
-        fields = ["status", "error_msg", "updated_at"]
+        group.lost_member_id = lost_member_id
+        fields = ["status", "error_msg", "updated_at", "lost_member"]
         group.updated_at = Now()
         if metrics is not None:
             (
@@ -204,8 +209,9 @@ def _pipeline_target(current: str, statuses: list[str]) -> str:
     return current
 
 
-def _job_target(current: str, pipelines: list[Pipeline]) -> str:
-    statuses = [p.status for p in pipelines]
+def _job_target(current: str, pipelines: list[Pipeline], restoring: set[int]) -> str:
+    """The job status its pipelines imply; a pipeline that is restoring counts as running."""
+    statuses = [ES.RUNNING if p.id in restoring else p.status for p in pipelines]
     terminal = all(s in EXECUTION_TERMINAL for s in statuses)
     failed = any(s in (ES.FAILED, ES.FAILING) for s in statuses)
     if current == JobStatus.CANCELING:
@@ -224,16 +230,44 @@ def _job_target(current: str, pipelines: list[Pipeline]) -> str:
     return current
 
 
+def _restorable(job: Job, pipeline: Pipeline, groups: list[dict]) -> bool:
+    """Zeta's rule: a pipeline that failed only because members were lost restores, while its
+    restore count is below ``job.retry.times`` and the job itself is not stopping."""
+    failed = [g for g in groups if g["status"] == ES.FAILED]
+    return (
+        bool(failed)
+        and all(g["lost_member_id"] for g in failed)
+        and job.status in (JobStatus.SCHEDULED, JobStatus.RUNNING)
+        and pipeline.restore_count < int(job.env.get("job.retry.times", 3))
+    )
+
+
 def settle_job(job: Job) -> list[EngineEvent]:
-    """Roll task-group states up into pipelines and the job (job row locked by the caller)."""
+    """Roll task-group states up into pipelines and the job (job row locked by the caller).
+
+    A pipeline that lost a member and may restore goes FAILING (its other task groups are
+    cancelled); once all of them have ended, a durable restore step is created, due after
+    ``job.retry.interval.seconds``. The job keeps running meanwhile.
+    """
     if job.status in JOB_TERMINAL:
         return []
     events: list[EngineEvent] = []
     pipelines = list(job.pipelines.order_by("index"))
-    groups = list(TaskGroup.objects.filter(job=job).values("pipeline_id", "status", "error_msg"))
+    groups = list(
+        TaskGroup.objects.filter(job=job).values(
+            "pipeline_id", "status", "error_msg", "lost_member_id"
+        )
+    )
+    restoring: set[int] = set()
     for pipeline in pipelines:
         mine = [g for g in groups if g["pipeline_id"] == pipeline.id]
-        target = _pipeline_target(pipeline.status, [g["status"] for g in mine])
+        statuses = [g["status"] for g in mine]
+        target = _pipeline_target(pipeline.status, statuses)
+        if target in (ES.FAILING, ES.FAILED) and _restorable(job, pipeline, mine):
+            restoring.add(pipeline.id)
+            target = ES.FAILING
+            if all(s in EXECUTION_TERMINAL for s in statuses):
+                events += _request_restore(job, pipeline, mine)
         if target == pipeline.status:
             continue
         errors = [g["error_msg"] for g in mine if g["status"] == ES.FAILED and g["error_msg"]]
@@ -249,12 +283,17 @@ def settle_job(job: Job) -> list[EngineEvent]:
             )
             pipeline.status = step
         pipeline.save(update_fields=["status", "error_msg"])
-    target = _job_target(job.status, pipelines)
+    target = _job_target(job.status, pipelines, restoring)
     if target == job.status:
         return events
-    failed = [p for p in pipelines if p.error_msg]
+    failed = [p for p in pipelines if p.error_msg and p.id not in restoring]
     if target in (JobStatus.FAILING, JobStatus.FAILED) and not job.error_msg and failed:
         job.error_msg = f"pipeline {failed[0].index}: {failed[0].error_msg}"
+        if failed[0].restore_count:
+            job.error_msg += (
+                f" (after {failed[0].restore_count} restore(s); job.retry.times = "
+                f"{job.env.get('job.retry.times', 3)})"
+            )
     for step in _path(JOB_TRANSITIONS, job.status, target):
         check_transition(JOB_TRANSITIONS, job.status, step)
         payload = {"from": job.status, "to": step}
@@ -268,6 +307,38 @@ def settle_job(job: Job) -> list[EngineEvent]:
         fields.append("finished_at")
     job.save(update_fields=fields)
     return events
+
+
+def _request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[EngineEvent]:
+    """Create the pipeline's next restore step (idempotent by its key)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from .models import ControlStep
+
+    number = pipeline.restore_count + 1
+    key = f"restore:{pipeline.id}:{number}"
+    delay = float(job.env.get("job.retry.interval.seconds", 3) or 0)
+    lost = sorted({g["lost_member_id"] for g in groups if g["lost_member_id"]})
+    _, created = ControlStep.objects.get_or_create(
+        key=key,
+        defaults={
+            "kind": "restore-pipeline",
+            "job": job,
+            "payload": {"pipelineId": pipeline.id, "restore": number, "lostMembers": lost},
+            "due_at": timezone.now() + timedelta(seconds=delay),
+        },
+    )
+    if not created:
+        return []
+    return [
+        EngineEvent(
+            kind="pipeline.restore-requested",
+            job_id=job.id,
+            payload={"pipelineId": pipeline.index, "restore": number, "inSeconds": delay},
+        )
+    ]
 
 
 def active_task_groups(job_ids: Iterable[int]) -> list[TaskGroup]:

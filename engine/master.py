@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import psycopg
 from django.db import DatabaseError, InterfaceError, close_old_connections, connections
 
-from . import orchestration
+from . import orchestration, recovery
 from .election import Leadership, LeadershipLost, record_candidate
 from .fencing import StaleEpoch
 from .membership import SWEEP_INTERVAL, sweep_members
@@ -69,6 +69,7 @@ class Master:
         self.redeliver_timer = Timer(1.0)
         self.cancel_timer = Timer(0.2)
         self.lost_timer = Timer(0.2)
+        self.control_timer = Timer(0.2)
         self.cancels = orchestration.CancelSender()
 
     # -- steps -------------------------------------------------------------------------------
@@ -102,6 +103,11 @@ class Master:
             return False
         return orchestration.fail_lost_task_groups(self.leadership.epoch)
 
+    def step_control(self) -> bool:
+        if not self._active_and(self.control_timer):
+            return False
+        return recovery.enqueue_due_steps(self.leadership.epoch)
+
     def step_schedule(self) -> bool:
         if not self._active_and(self.schedule_timer):
             return False
@@ -134,6 +140,7 @@ class Master:
             self.step_renew,
             self.step_sweep_members,
             self.step_fail_lost,
+            self.step_control,
             self.step_cancel,
             self.step_schedule,
             self.step_redeliver,

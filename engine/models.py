@@ -222,6 +222,10 @@ class TaskGroup(models.Model):
         Slot, null=True, blank=True, on_delete=models.SET_NULL, related_name="task_groups"
     )
     error_msg = models.TextField(blank=True, default="")
+    #: Set when the task group failed because its member was lost (such failures restore).
+    lost_member = models.ForeignKey(
+        Member, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     source_received = models.BigIntegerField(default=0)
     sink_written = models.BigIntegerField(default=0)
     rows_per_second = models.FloatField(default=0.0)
@@ -261,3 +265,35 @@ class SplitAssignment(models.Model):
 
     def __str__(self) -> str:
         return f"split {self.split_id} -> reader {self.reader_index}"
+
+
+class ControlStep(models.Model):
+    """A durable control step (e.g. a pipeline restore): the row is the intent.
+
+    The active master enqueues due steps on Celery's ``control`` queue (acks_late) and re-enqueues
+    any that are not DONE after a while or were enqueued under an older epoch; the step runs under
+    the epoch it was enqueued with, and is idempotent by its stable ``key``.
+    """
+
+    class State(models.TextChoices):
+        PENDING = "PENDING"
+        DONE = "DONE"
+
+    key = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=64)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="control_steps")
+    payload = models.JSONField(default=dict)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    due_at = models.DateTimeField(db_default=Now())
+    epoch = models.BigIntegerField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.IntegerField(default=0)
+    created_at = models.DateTimeField(db_default=Now())
+    done_at = models.DateTimeField(null=True, blank=True)
+    result = models.TextField(blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "due_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.state})"

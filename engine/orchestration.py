@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
+from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -103,11 +104,11 @@ class CancelSender:
         self.sent: dict[tuple[int, int], float] = {}
 
     def step(self, epoch: int) -> bool:
+        stopping = Q(job__status__in=[JobStatus.CANCELING, JobStatus.FAILING]) | Q(
+            pipeline__status=ExecutionStatus.FAILING  # e.g. the rest of a restoring pipeline
+        )
         groups = list(
-            TaskGroup.objects.filter(
-                job__status__in=[JobStatus.CANCELING, JobStatus.FAILING],
-                member__state=MemberState.ALIVE,
-            )
+            TaskGroup.objects.filter(stopping, member__state=MemberState.ALIVE)
             .exclude(status__in=EXECUTION_TERMINAL)
             .values_list("id", "attempt", "member__name", "member__uuid")[:500]
         )
@@ -126,7 +127,8 @@ class CancelSender:
 
 
 def fail_lost_task_groups(epoch: int) -> bool:
-    """Task groups whose member is gone can never report: fail them (recovery comes later)."""
+    """Task groups whose member is gone can never report: fail them as lost with it, which
+    makes their pipeline restore (engine.lifecycle.settle_job, engine.recovery)."""
     lost = list(
         TaskGroup.objects.exclude(status__in=EXECUTION_TERMINAL)
         .exclude(status=ExecutionStatus.CREATED)
@@ -146,7 +148,12 @@ def fail_lost_task_groups(epoch: int) -> bool:
         )
         with fenced(epoch):
             if lifecycle.finish_task_group(
-                group.id, group.attempt, None, ExecutionStatus.FAILED, reason
+                group.id,
+                group.attempt,
+                None,
+                ExecutionStatus.FAILED,
+                reason,
+                lost_member_id=group.member_id,
             ):
                 count += 1
     log.warning("failed %s task groups of lost members", count)

@@ -113,7 +113,8 @@ EXECUTION_TRANSITIONS = {
             ExecutionStatus.CANCELED,
         }
     ),
-    ExecutionStatus.FAILING: frozenset({ExecutionStatus.FAILED}),
+    # FAILING -> DEPLOYING: a pipeline that lost a member restores (redeploys every task group).
+    ExecutionStatus.FAILING: frozenset({ExecutionStatus.FAILED, ExecutionStatus.DEPLOYING}),
     ExecutionStatus.CANCELING: frozenset({ExecutionStatus.CANCELED}),
     ExecutionStatus.FAILED: frozenset(),
     ExecutionStatus.CANCELED: frozenset(),

@@ -50,3 +50,11 @@ def cancel_task_group(task_group_id: int, attempt: int, member_uuid: str) -> dic
     if member is None or runtime is None or str(member.uuid) != member_uuid:
         return {"ok": False, "reason": "command for another member"}
     return {"ok": True, "result": runtime.cancel(task_group_id, attempt)}
+
+
+@shared_task(name="engine.control.run", acks_late=True)
+def run_control_step(step_id: int, epoch: int) -> str:
+    """A durable control step (backed by its ControlStep row; idempotent by its key)."""
+    from .recovery import run_step
+
+    return run_step(step_id, epoch)

@@ -52,11 +52,11 @@ class FakeSource(SourcePlugin):
         Option("row.num", int, default=100, min=0, help="rows per split (BATCH)"),
         Option("split.num", int, default=1, min=1, help="number of splits"),
         Option(
-            "rows.per-second",
+            "rows.per-second",  # paces BATCH splits too (tests and demos of long batch jobs)
             float,
             default=0.0,
             min=0,
-            help="pace per split in STREAMING mode (0: as fast as possible)",
+            help="rows per second per split (0: as fast as possible)",
         ),
     )
 
@@ -86,7 +86,7 @@ class FakeSource(SourcePlugin):
         started, produced = time.monotonic(), 0
         while limit is None or offset < limit:
             stop = offset + batch_size if limit is None else min(offset + batch_size, limit)
-            if streaming and rate > 0:
+            if rate > 0:
                 stop = min(stop, offset + max(int(rate / 10), 1))
                 due = started + produced / rate
                 if due > time.monotonic():

@@ -1,0 +1,196 @@
+"""Pipeline restore after member loss, run as durable control steps.
+
+The restore intent is a ControlStep row created by the roll-up (engine.lifecycle) once every
+task group of the failed pipeline has ended. The active master enqueues due steps on Celery's
+``control`` queue (acks_late) under its epoch, and re-enqueues a step that is not DONE after
+ENQUEUE_TIMEOUT or that was enqueued under an older epoch: a master or worker dying in the middle
+of a recovery never leaves the pipeline stuck. Executing a step is idempotent: it restores the
+pipeline only if it is still FAILING with that restore number pending, else it is a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from .events import append_events
+from .fencing import StaleEpoch, fenced
+from .models import (
+    ControlStep,
+    EngineEvent,
+    Job,
+    Member,
+    Pipeline,
+    Slot,
+    SplitAssignment,
+    TaskGroup,
+)
+from .scheduler import Deployment, _dynamic_slots, _free_slots
+from .states import EXECUTION_TERMINAL, ExecutionStatus, JobStatus, SlotState
+
+log = logging.getLogger("keel.recovery")
+ENQUEUE_TIMEOUT = 10.0
+NO_SLOTS_RETRY = 1.0
+
+
+def enqueue_due_steps(epoch: int) -> bool:
+    """Active-master step: put due control steps on the ``control`` queue (under our epoch)."""
+    now = timezone.now()
+    with fenced(epoch):
+        due = list(
+            ControlStep.objects.select_for_update(skip_locked=True)
+            .filter(state=ControlStep.State.PENDING, due_at__lte=now)
+            .filter(
+                Q(enqueued_at__isnull=True)
+                | Q(enqueued_at__lt=now - timedelta(seconds=ENQUEUE_TIMEOUT))
+                | ~Q(epoch=epoch)
+            )
+            .order_by("due_at", "id")[:100]
+        )
+        if due:
+            ControlStep.objects.filter(id__in=[s.id for s in due]).update(
+                enqueued_at=now, epoch=epoch
+            )
+    if not due:
+        return False
+    from .tasks import run_control_step
+
+    for step in due:
+        try:
+            run_control_step.apply_async(args=[step.id, epoch], queue="control")
+        except Exception:
+            log.warning("could not enqueue control step %s", step.key, exc_info=True)
+    return True
+
+
+def run_step(step_id: int, epoch: int) -> str:
+    """Execute one control step (in any worker's Celery pool). Returns what happened."""
+    step = ControlStep.objects.filter(id=step_id).first()
+    if step is None or step.state == ControlStep.State.DONE:
+        return "done already"
+    if step.kind != "restore-pipeline":
+        return f"unknown step kind {step.kind}"
+    try:
+        result, deployments = restore_pipeline(step, epoch)
+    except StaleEpoch:
+        return "stale epoch: the active master re-enqueues it"
+    if deployments:
+        from .orchestration import send_deploy
+
+        send_deploy(deployments)
+    return result
+
+
+def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deployment]]:
+    """Restore: release (already freed), request slots, redeploy every task group of the
+    pipeline as a new attempt, from the beginning (checkpoints come with their issue)."""
+    pipeline_id = step.payload["pipelineId"]
+    number = step.payload["restore"]
+    with fenced(epoch):
+        job = Job.objects.select_for_update().get(id=step.job_id)
+        pipeline = Pipeline.objects.select_for_update().get(id=pipeline_id)
+        step = ControlStep.objects.select_for_update().get(id=step.id)
+        if step.state == ControlStep.State.DONE:
+            return "done already", []
+        groups = list(
+            TaskGroup.objects.select_for_update(of=("self",))
+            .filter(pipeline=pipeline)
+            .order_by("kind", "index")
+        )
+        obsolete = (
+            job.status not in (JobStatus.SCHEDULED, JobStatus.RUNNING)
+            or pipeline.status != ExecutionStatus.FAILING
+            or pipeline.restore_count != number - 1
+            or any(g.status not in EXECUTION_TERMINAL for g in groups)
+        )
+        if obsolete:
+            _done(step, "obsolete: nothing to restore")
+            return "obsolete", []
+        slots = _free_slots(len(groups))
+        if len(slots) < len(groups):
+            slots += _dynamic_slots(len(groups) - len(slots))
+        if len(slots) < len(groups):
+            # Not enough slots now: stay due, try again shortly (the rows locked roll back).
+            ControlStep.objects.filter(id=step.id).update(
+                due_at=Now() + timedelta(seconds=NO_SLOTS_RETRY),
+                enqueued_at=None,
+                attempts=step.attempts + 1,
+            )
+            return "waiting for slots", []
+        members = {m.id: m for m in Member.objects.filter(id__in={member for _, member in slots})}
+        Slot.objects.filter(id__in=[s for s, _ in slots]).update(state=SlotState.ASSIGNED)
+        # From the beginning: the enumerator assigns the splits again.
+        SplitAssignment.objects.filter(pipeline=pipeline).delete()
+        deployments = []
+        for group, (slot_id, member_id) in zip(groups, slots, strict=True):
+            group.slot_id, group.member_id = slot_id, member_id
+            group.status = ExecutionStatus.DEPLOYING
+            group.attempt += 1
+            group.error_msg = ""
+            group.lost_member_id = None
+            group.source_received = group.sink_written = 0
+            group.rows_per_second = 0.0
+            group.deployed_at = group.updated_at = Now()
+            member = members[member_id]
+            deployments.append(Deployment(group.id, group.attempt, member.name, str(member.uuid)))
+        TaskGroup.objects.bulk_update(
+            groups,
+            [
+                "slot",
+                "member",
+                "status",
+                "attempt",
+                "error_msg",
+                "lost_member",
+                "source_received",
+                "sink_written",
+                "rows_per_second",
+                "deployed_at",
+                "updated_at",
+            ],
+        )
+        previous = pipeline.error_msg
+        Pipeline.objects.filter(id=pipeline.id).update(
+            status=ExecutionStatus.DEPLOYING,
+            restore_count=number,
+            error_msg="",
+            splits_assigned=False,
+        )
+        _done(step, f"restored on {len(groups)} slots")
+        append_events(
+            [
+                EngineEvent(
+                    kind="pipeline.restore",
+                    job_id=job.id,
+                    epoch=epoch,
+                    payload={
+                        "pipelineId": pipeline.index,
+                        "restore": number,
+                        "cause": previous,
+                        "slots": [s for s, _ in slots],
+                    },
+                ),
+                EngineEvent(
+                    kind="pipeline.status",
+                    job_id=job.id,
+                    epoch=epoch,
+                    payload={
+                        "pipelineId": pipeline.index,
+                        "from": ExecutionStatus.FAILING,
+                        "to": ExecutionStatus.DEPLOYING,
+                    },
+                ),
+            ]
+        )
+    log.warning("job %s pipeline %s restored (restore %s)", job.id, pipeline.index, number)
+    return "restored", deployments
+
+
+def _done(step: ControlStep, result: str) -> None:
+    ControlStep.objects.filter(id=step.id).update(
+        state=ControlStep.State.DONE, done_at=Now(), result=result, attempts=step.attempts + 1
+    )
