@@ -132,3 +132,59 @@ def test_cancel_during_a_pending_restore_cancels_the_job(rc):
     assert post(rc, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
     assert wait_status(rc, job_id, TERMINAL, timeout=30)["jobStatus"] == "CANCELED"
     rc.start(victim)
+
+
+def test_recovery_completes_under_a_new_master_without_running_a_task_group_twice(rc):
+    """Issue 4, acceptance 4: kill -9 the active master while a recovery is under way: the new
+    master finishes it, and no task group ever ran two attempts at once (attempt fencing)."""
+    rc.restore()
+    job_id = submit(
+        rc,
+        "env { job.mode = STREAMING, parallelism = 2,\n"
+        "      job.retry.interval.seconds = 2 }\n"
+        "source { FakeSource { split.num = 2, rows.per-second = 100 } }\n"
+        "sink { Blackhole {} }",
+    )
+    victim = reader_member(wait_status(rc, job_id, {"RUNNING"}, timeout=30))
+    kill(rc, victim)
+    # The restore is requested (due in 2 s): now the active master dies as well.
+    wait_for(
+        lambda: rc.one("SELECT count(*) FROM engine_controlstep WHERE job_id = %s", (job_id,)) == 1,
+        10,
+        what="the restore to be requested",
+    )
+    epoch, master = rc.active_master()
+    kill(rc, master)
+
+    def restored():
+        d = job(rc, job_id)
+        p = d["pipelines"][0]
+        return p["restoreCount"] == 1 and p["status"] == "RUNNING" and d
+
+    detail = wait_for(restored, 20, interval=0.05, what="the restore under the new master")
+    assert rc.active_master()[0] > epoch
+    assert rc.one("SELECT state FROM engine_controlstep WHERE job_id = %s", (job_id,)) == "DONE"
+    assert all(g["attempt"] == 2 for g in detail["pipelines"][0]["taskGroups"])
+    # Fencing: for every task group, attempt 1 ended before attempt 2 started running.
+    rows = rc.query(
+        """
+        SELECT (payload->>'taskGroupId')::bigint, (payload->>'attempt')::int,
+               payload->>'to', seq
+          FROM engine_engineevent
+         WHERE job_id = %s AND kind = 'taskgroup.status'
+         ORDER BY seq
+        """,
+        (job_id,),
+    )
+    for group in {r[0] for r in rows}:
+        ended = [
+            seq
+            for g, a, to, seq in rows
+            if g == group and a == 1 and to in ("FAILED", "CANCELED", "FINISHED")
+        ]
+        started = [seq for g, a, to, seq in rows if g == group and a == 2 and to == "RUNNING"]
+        assert ended and started and max(ended) < min(started), (group, rows)
+    assert post(rc, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
+    wait_status(rc, job_id, {"CANCELED"}, timeout=30)
+    rc.start(victim)
+    rc.start(master)
