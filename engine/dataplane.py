@@ -134,20 +134,38 @@ def run_reader(
     stop: threading.Event,
     on_progress: Callable[[Counters, dict], None],
     on_split_done: Callable[[str, int], None],
+    on_boundary: Callable[[dict, Chain], None] | None = None,
 ) -> Counters:
     """Read every assigned split from its offset through the chain. Returns the counters.
 
     ``splits``: [{splitId, split, offset}]. ``on_progress`` is called at most once a second with
-    the counters and the current {splitId: offset}; ``on_split_done`` when a split is exhausted.
+    the counters and the current {splitId: offset}; ``on_split_done`` when a split is exhausted;
+    ``on_boundary`` between two batches with the positions of every split
+    ({splitId: {offset, done}}) and the chain: where barriers and commits are handled, so a
+    checkpoint cut is ordered with the data. A STREAMING reader never ends by itself: with no
+    (more) splits it idles, still handling its mailbox, until stopped.
     """
     started, cpu_started = time.monotonic(), time.thread_time()
     source, chain = compile_chain(plan, context)
     source_key, source_path = plan["source"]["key"], plan["source"]["path"]
     counters = Counters()
+    positions = {a["splitId"]: {"offset": a["offset"], "done": False} for a in splits}
     last_report = time.monotonic()
     completed = False
+
+    def tick(current: dict) -> None:
+        nonlocal last_report
+        if on_boundary is not None:
+            on_boundary(positions, chain)
+        now = time.monotonic()
+        if now - last_report >= METRICS_INTERVAL:
+            counters.roll()
+            on_progress(counters, current)
+            last_report = now
+
     try:
         for assignment in splits:
+            split_id = assignment["splitId"]
             offset = assignment["offset"]
             reader = guarded(
                 source_path, source.read, assignment["split"], offset, mode, BATCH_SIZE
@@ -163,14 +181,15 @@ def run_reader(
                     counters.add(len(rows), chain.push(source_key, rows))
                 else:
                     stop.wait(0.01)  # a paced or idle source: nothing due yet
-                now = time.monotonic()
-                if now - last_report >= METRICS_INTERVAL:
-                    counters.roll()
-                    on_progress(counters, {assignment["splitId"]: offset})
-                    last_report = now
+                positions[split_id]["offset"] = offset
+                tick({split_id: offset})
             if stop.is_set():
                 break
-            on_split_done(assignment["splitId"], offset)
+            positions[split_id]["done"] = True
+            on_split_done(split_id, offset)
+        while mode == "STREAMING" and not stop.is_set():
+            tick({})
+            stop.wait(0.05)
         if not stop.is_set():
             for path, _, writer in chain.sinks:
                 guarded(path, writer.close)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import psycopg
 from django.db import DatabaseError, InterfaceError, close_old_connections, connections
 
-from . import orchestration, recovery
+from . import checkpoints, orchestration, recovery
 from .election import Leadership, LeadershipLost, record_candidate
 from .fencing import StaleEpoch
 from .membership import SWEEP_INTERVAL, sweep_members
@@ -70,6 +70,7 @@ class Master:
         self.cancel_timer = Timer(0.2)
         self.lost_timer = Timer(0.2)
         self.control_timer = Timer(0.2)
+        self.checkpoint_timer = Timer(0.1)
         self.cancels = orchestration.CancelSender()
 
     # -- steps -------------------------------------------------------------------------------
@@ -108,6 +109,12 @@ class Master:
             return False
         return recovery.enqueue_due_steps(self.leadership.epoch)
 
+    def step_checkpoints(self) -> bool:
+        if not self._active_and(self.checkpoint_timer):
+            return False
+        completed = checkpoints.complete_or_expire(self.leadership.epoch)
+        return checkpoints.trigger_due(self.leadership.epoch) or completed
+
     def step_schedule(self) -> bool:
         if not self._active_and(self.schedule_timer):
             return False
@@ -141,6 +148,7 @@ class Master:
             self.step_sweep_members,
             self.step_fail_lost,
             self.step_control,
+            self.step_checkpoints,
             self.step_cancel,
             self.step_schedule,
             self.step_redeliver,

@@ -34,11 +34,15 @@ def send_deploy(deployments: list[Deployment]) -> None:
         send(deploy_task_group, d.task_group_id, d.attempt, d.member_name, d.member_uuid)
 
 
-def send(task, group_id: int, attempt: int, member_name: str, member_uuid: str) -> bool:
+def send(
+    task, group_id: int, attempt: int, member_name: str, member_uuid: str, extra: list | None = None
+) -> bool:
     from keel.celery import member_queue
 
     try:
-        task.apply_async(args=[group_id, attempt, member_uuid], queue=member_queue(member_name))
+        task.apply_async(
+            args=[group_id, attempt, member_uuid, *(extra or [])], queue=member_queue(member_name)
+        )
         return True
     except Exception:
         log.warning("could not send %s to %s", task.name, member_name, exc_info=True)

@@ -17,6 +17,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from . import checkpoints
 from .events import append_events
 from .fencing import StaleEpoch, fenced
 from .models import (
@@ -123,8 +124,7 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
             return "waiting for slots", []
         members = {m.id: m for m in Member.objects.filter(id__in={member for _, member in slots})}
         Slot.objects.filter(id__in=[s for s, _ in slots]).update(state=SlotState.ASSIGNED)
-        # From the beginning: the enumerator assigns the splits again.
-        SplitAssignment.objects.filter(pipeline=pipeline).delete()
+        restored_from = _rewind_splits(pipeline, groups)
         deployments = []
         for group, (slot_id, member_id) in zip(groups, slots, strict=True):
             group.slot_id, group.member_id = slot_id, member_id
@@ -158,7 +158,7 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
             status=ExecutionStatus.DEPLOYING,
             restore_count=number,
             error_msg="",
-            splits_assigned=False,
+            splits_assigned=restored_from is not None,
         )
         _done(step, f"restored on {len(groups)} slots")
         append_events(
@@ -172,6 +172,7 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
                         "restore": number,
                         "cause": previous,
                         "slots": [s for s, _ in slots],
+                        "fromCheckpoint": restored_from,
                     },
                 ),
                 EngineEvent(
@@ -188,6 +189,22 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
         )
     log.warning("job %s pipeline %s restored (restore %s)", job.id, pipeline.index, number)
     return "restored", deployments
+
+
+def _rewind_splits(pipeline: Pipeline, groups: list[TaskGroup]) -> int | None:
+    """Put every reader back at the latest COMPLETED checkpoint (its split positions); without
+    one, start over: the enumerator assigns the splits again. Returns the checkpoint id."""
+    latest = checkpoints.latest_completed(pipeline.id)
+    if latest is None:
+        SplitAssignment.objects.filter(pipeline=pipeline).delete()
+        return None
+    for group in groups:
+        state = checkpoints.reader_state(latest, group.id)
+        for split_id, position in (state.get("splits") or {}).items():
+            SplitAssignment.objects.filter(pipeline=pipeline, split_id=split_id).update(
+                offset=position["offset"], done=position["done"]
+            )
+    return latest.id
 
 
 def _done(step: ControlStep, result: str) -> None:

@@ -9,18 +9,20 @@ removed) the report changes nothing and the thread just stops.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 
 from django.db import close_old_connections, connections, transaction
 
-from . import lifecycle
-from .dataplane import Counters, PluginFailure, instantiate, run_reader
+from . import checkpoints, lifecycle
+from .dataplane import Counters, PluginFailure, guarded, instantiate, run_reader
 from .models import Job, Pipeline, SplitAssignment, TaskGroup
 from .states import EXECUTION_TERMINAL, ExecutionStatus, TaskGroupKind
 
 log = logging.getLogger("keel.runtime")
 SPLIT_WAIT_INTERVAL = 0.01
+MAILBOX_SIZE = 64
 
 
 class TaskGroupThread(threading.Thread):
@@ -30,6 +32,16 @@ class TaskGroupThread(threading.Thread):
         self.task_group_id = task_group_id
         self.attempt = attempt
         self.stop = threading.Event()
+        #: Bounded mailbox of ordered commands (barriers, commits), drained between batches.
+        self.mailbox: queue.Queue = queue.Queue(maxsize=MAILBOX_SIZE)
+
+    def drain(self, handle) -> None:
+        while True:
+            try:
+                message = self.mailbox.get_nowait()
+            except queue.Empty:
+                return
+            handle(*message)
 
     @property
     def member_id(self) -> int:
@@ -117,8 +129,16 @@ class TaskGroupThread(threading.Thread):
                     ignore_conflicts=True,
                 )
                 Pipeline.objects.filter(id=pipeline.id).update(splits_assigned=True)
+
+        def handle(kind: str, checkpoint_id: int) -> None:
+            if kind == "barrier":  # the enumerator's state lives in SplitAssignment rows
+                checkpoints.acknowledge(
+                    checkpoint_id, self.task_group_id, self.attempt, {"kind": "enumerator"}
+                )
+
         # The enumerator holds its slot for the pipeline's life, as in Zeta.
-        while not self.stop.wait(0.2):
+        while not self.stop.wait(0.05):
+            self.drain(handle)
             readers = TaskGroup.objects.filter(pipeline=pipeline, kind=TaskGroupKind.READER)
             if not readers.exclude(status__in=EXECUTION_TERMINAL).exists():
                 return
@@ -157,6 +177,8 @@ class TaskGroupThread(threading.Thread):
             "readerIndex": group.index,
             "attempt": self.attempt,
             "jobName": group.job.name,
+            "checkpointing": bool(group.job.env.get("checkpoint.interval")),
+            "restoredCheckpoint": getattr(checkpoints.latest_completed(pipeline.id), "id", None),
         }
 
         def progress(counters: Counters, offsets: dict) -> None:
@@ -181,16 +203,39 @@ class TaskGroupThread(threading.Thread):
                 offset=offset, done=True
             )
 
-        counters = run_reader(
-            pipeline.plan, assignments, group.job.mode, context, self.stop, progress, split_done
+        def boundary(positions: dict, chain) -> None:
+            def handle(kind: str, checkpoint_id: int) -> None:
+                if kind == "barrier":
+                    sinks = [
+                        guarded(path, writer.prepare_commit, checkpoint_id)
+                        for path, _, writer in chain.sinks
+                    ]
+                    checkpoints.acknowledge(
+                        checkpoint_id,
+                        self.task_group_id,
+                        self.attempt,
+                        {"splits": positions, "sinks": sinks},
+                    )
+                elif kind == "commit":
+                    state = checkpoints.own_state(checkpoint_id, self.task_group_id, self.attempt)
+                    if state is not None:
+                        for (path, _, writer), sink_state in zip(
+                            chain.sinks, state.get("sinks", []), strict=False
+                        ):
+                            guarded(path, writer.commit, sink_state)
+
+            self.drain(handle)
+
+        return run_reader(
+            pipeline.plan,
+            assignments,
+            group.job.mode,
+            context,
+            self.stop,
+            progress,
+            split_done,
+            boundary,
         )
-        if group.job.mode == "STREAMING":
-            # A streaming reader never finishes on its own: one without (more) splits keeps its
-            # slot and idles until it is cancelled, as in Zeta.
-            while not self.stop.wait(0.5):
-                if not self.still_current():
-                    self.stop.set()
-        return counters
 
 
 class MemberRuntime:
@@ -213,6 +258,18 @@ class MemberRuntime:
             self._threads[task_group_id] = thread
             thread.start()
             return "started"
+
+    def offer(self, task_group_id: int, attempt: int, message: tuple) -> bool:
+        """Put an ordered command in the task group's mailbox (False: not here, or full)."""
+        with self._lock:
+            thread = self._threads.get(task_group_id)
+        if thread is None or thread.attempt != attempt:
+            return False
+        try:
+            thread.mailbox.put_nowait(message)
+            return True
+        except queue.Full:
+            return False  # a barrier not taken fails by timeout; the next one starts fresh
 
     def cancel(self, task_group_id: int, attempt: int) -> str:
         with self._lock:

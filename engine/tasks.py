@@ -58,3 +58,33 @@ def run_control_step(step_id: int, epoch: int) -> str:
     from .recovery import run_step
 
     return run_step(step_id, epoch)
+
+
+def _runtime_for(member_uuid: str):
+    from .runtime import current
+
+    member, runtime = current_member(), current()
+    if member is None or runtime is None or str(member.uuid) != member_uuid:
+        return None
+    return runtime
+
+
+@shared_task(name="engine.checkpoint.barrier", acks_late=False)
+def checkpoint_barrier(
+    task_group_id: int, attempt: int, member_uuid: str, checkpoint_id: int
+) -> dict:
+    """Hand barrier N to the task group's mailbox; it is handled between two batches."""
+    runtime = _runtime_for(member_uuid)
+    if runtime is None:
+        return {"ok": False, "reason": "command for another member"}
+    return {"ok": runtime.offer(task_group_id, attempt, ("barrier", checkpoint_id))}
+
+
+@shared_task(name="engine.checkpoint.commit", acks_late=False)
+def checkpoint_commit(
+    task_group_id: int, attempt: int, member_uuid: str, checkpoint_id: int
+) -> dict:
+    runtime = _runtime_for(member_uuid)
+    if runtime is None:
+        return {"ok": False, "reason": "command for another member"}
+    return {"ok": runtime.offer(task_group_id, attempt, ("commit", checkpoint_id))}

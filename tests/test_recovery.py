@@ -6,10 +6,13 @@ import signal
 import textwrap
 import time
 
+import psycopg
 import pytest
 
 from tests.clusterkit import Cluster, wait_for
-from tests.test_jobs_cluster import TERMINAL, job, post, submit, wait_status
+from tests.test_jobs_cluster import TERMINAL, data_db, job, post, submit, wait_status
+
+__all__ = ["data_db"]  # a fixture shared with the jobs tests
 
 pytestmark = pytest.mark.cluster
 
@@ -188,3 +191,98 @@ def test_recovery_completes_under_a_new_master_without_running_a_task_group_twic
     wait_status(rc, job_id, {"CANCELED"}, timeout=30)
     rc.start(victim)
     rc.start(master)
+
+
+EXACTLY_ONCE = """
+env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 1000,
+      job.retry.interval.seconds = 0, job.retry.times = {retries} }}
+source {{ FakeSource {{ split.num = 2, rows.per-second = 200,
+                       schema {{ fields {{ id = bigint, name = string }} }} }} }}
+sink {{ Jdbc {{ url = "{url}", table = eo }} }}
+"""
+
+
+def completed_checkpoints(c: Cluster, job_id: int) -> int:
+    return job(c, job_id)["checkpoints"]["completed"]
+
+
+def restored(c: Cluster, job_id: int, count: int):
+    d = job(c, job_id)
+    p = d["pipelines"][0]
+    return p["restoreCount"] == count and p["status"] == "RUNNING" and d
+
+
+def assert_exactly_once(url: str, splits: int) -> int:
+    """No key twice, and for every split the keys form an unbroken run from its first key."""
+    with psycopg.connect(url) as conn:
+        ids = [r[0] for r in conn.execute("SELECT id FROM eo").fetchall()]
+        staged = conn.execute("SELECT count(*) FROM eo__keel_stage").fetchone()[0]
+    assert ids, "nothing was committed"
+    assert len(ids) == len(set(ids)), "duplicated rows"
+    for s in range(splits):
+        mine = sorted(i for i in ids if i % splits == s)
+        assert mine == list(range(s, s + splits * len(mine), splits)), f"lost rows in split {s}"
+    assert staged >= 0
+    return len(ids)
+
+
+def start_exactly_once_job(c: Cluster, data_db: str, retries: int) -> tuple[int, str]:
+    with psycopg.connect(data_db, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS eo, eo__keel_stage")
+        conn.execute("CREATE TABLE eo (id bigint, name text)")  # no key: duplicates would show
+    url = "jdbc:" + data_db.replace("postgres://", "postgresql://")
+    job_id = submit(c, EXACTLY_ONCE.format(url=url, retries=retries))
+    wait_status(c, job_id, {"RUNNING"}, timeout=30)
+    wait_for(
+        lambda: completed_checkpoints(c, job_id) >= 2,
+        20,
+        interval=0.1,
+        what="two completed checkpoints",
+    )
+    return job_id, url
+
+
+def stop_and_check(c: Cluster, job_id: int, data_db: str) -> int:
+    assert post(c, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
+    assert wait_status(c, job_id, TERMINAL, timeout=30)["jobStatus"] == "CANCELED"
+    return assert_exactly_once(data_db, 2)
+
+
+def test_streaming_to_jdbc_survives_a_killed_reader_exactly_once(rc, data_db):
+    """Issue 4, acceptance 1: kill -9 the worker holding a reader: RUNNING again on other slots
+    within 3 s; after cancel the table holds every key of the committed range exactly once."""
+    rc.restore()
+    job_id, _ = start_exactly_once_job(rc, data_db, retries=3)
+    victim = reader_member(job(rc, job_id))
+    killed_at = kill(rc, victim)
+    wait_for(lambda: restored(rc, job_id, 1), 10, interval=0.02, what="the restore")
+    assert time.monotonic() - killed_at < 3.0
+    before = completed_checkpoints(rc, job_id)
+    wait_for(
+        lambda: completed_checkpoints(rc, job_id) >= before + 2,
+        20,
+        interval=0.1,
+        what="checkpoints after the restore",
+    )
+    assert stop_and_check(rc, job_id, data_db) > 0
+    rc.start(victim)
+
+
+def test_five_kills_in_a_row_lose_and_duplicate_nothing(rc, data_db):
+    """Issue 4, acceptance 2: five kills (the killed worker restarted in between),
+    job.retry.times = 10: zero lost, zero duplicated rows."""
+    rc.restore()
+    job_id, _ = start_exactly_once_job(rc, data_db, retries=10)
+    for n in range(1, 6):
+        victim = reader_member(job(rc, job_id), index=n % 2)
+        kill(rc, victim)
+        wait_for(lambda n=n: restored(rc, job_id, n), 15, interval=0.05, what=f"restore {n}")
+        rc.start(victim)
+        before = completed_checkpoints(rc, job_id)
+        wait_for(
+            lambda b=before: completed_checkpoints(rc, job_id) > b,
+            20,
+            interval=0.1,
+            what="a checkpoint after the restore",
+        )
+    assert stop_and_check(rc, job_id, data_db) > 0

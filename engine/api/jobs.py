@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from engine.jobconfig import ConfigError
 from engine.jobs import JobStateError, cancel_job, submit_job
-from engine.models import Job, TaskGroup
+from engine.models import Checkpoint, Job, TaskGroup
 from engine.states import JobStatus
 
 MAX_CONFIG_BYTES = 1_000_000
@@ -102,12 +102,57 @@ class PipelineSerializer(serializers.Serializer):
     taskGroups = TaskGroupSerializer(source="task_groups.all", many=True)
 
 
+class CheckpointSummarySerializer(serializers.Serializer):
+    completed = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    latestId = serializers.IntegerField(allow_null=True)
+    latestAt = serializers.DateTimeField(allow_null=True)
+
+
+class CheckpointSerializer(serializers.ModelSerializer):
+    checkpointId = serializers.IntegerField(source="id")
+    pipelineId = serializers.IntegerField(source="pipeline.index")
+    triggeredAt = serializers.DateTimeField(source="triggered_at")
+    endedAt = serializers.DateTimeField(source="ended_at", allow_null=True)
+    durationMs = serializers.SerializerMethodField()
+    failureReason = serializers.CharField(source="failure_reason")
+
+    class Meta:
+        model = Checkpoint
+        fields = [
+            "checkpointId",
+            "pipelineId",
+            "state",
+            "triggeredAt",
+            "endedAt",
+            "durationMs",
+            "failureReason",
+        ]
+
+    def get_durationMs(self, checkpoint: Checkpoint) -> int | None:
+        if checkpoint.ended_at is None:
+            return None
+        return int((checkpoint.ended_at - checkpoint.triggered_at).total_seconds() * 1000)
+
+
+class JobCheckpointListView(generics.ListAPIView):
+    """The job's recent checkpoints, newest first (at most 100)."""
+
+    serializer_class = CheckpointSerializer
+    pagination_class = None
+
+    def get_queryset(self):
+        job = get_object_or_404(Job, id=self.kwargs["job_id"])
+        return Checkpoint.objects.filter(job=job).select_related("pipeline").order_by("-id")[:100]
+
+
 class JobDetailSerializer(JobSummarySerializer):
     errorMsg = serializers.CharField(source="error_msg")
     envOptions = serializers.JSONField(source="env")
     slotsNeeded = serializers.IntegerField(source="slots_needed")
     pipelines = PipelineSerializer(many=True)
     metrics = serializers.SerializerMethodField()
+    checkpoints = serializers.SerializerMethodField()
 
     class Meta(JobSummarySerializer.Meta):
         fields = [
@@ -117,7 +162,24 @@ class JobDetailSerializer(JobSummarySerializer):
             "slotsNeeded",
             "pipelines",
             "metrics",
+            "checkpoints",
         ]
+
+    @extend_schema_field(CheckpointSummarySerializer)
+    def get_checkpoints(self, job: Job) -> dict:
+        pipelines = job.pipelines.all()
+        latest = (
+            Checkpoint.objects.filter(job=job, state=Checkpoint.State.COMPLETED)
+            .order_by("-id")
+            .values("id", "ended_at")
+            .first()
+        )
+        return {
+            "completed": sum(p.checkpoints_completed for p in pipelines),
+            "failed": sum(p.checkpoints_failed for p in pipelines),
+            "latestId": latest["id"] if latest else None,
+            "latestAt": latest["ended_at"] if latest else None,
+        }
 
     @extend_schema_field(MetricsSerializer)
     def get_metrics(self, job: Job) -> dict:

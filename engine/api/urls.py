@@ -10,6 +10,11 @@ urlpatterns = [
     path("events", views.EventListView.as_view(), name="api-events"),
     path("jobs", jobs.JobListView.as_view(), name="api-jobs"),
     path("jobs/<int:job_id>", jobs.JobDetailView.as_view(), name="api-job"),
+    path(
+        "jobs/<int:job_id>/checkpoints",
+        jobs.JobCheckpointListView.as_view(),
+        name="api-job-checkpoints",
+    ),
     path("jobs/<int:job_id>/cancel", jobs.JobCancelView.as_view(), name="api-job-cancel"),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
 ]

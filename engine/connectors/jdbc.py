@@ -203,13 +203,47 @@ class JdbcSource(SourcePlugin):
                     yield [tuple(r) for r in rows], offset
 
 
+def _insert_from(
+    table: sql.Composable,
+    cols: sql.Composable,
+    source: sql.Composable,
+    where: sql.Composable,
+    order: sql.Composable,
+    columns: list[str],
+    keys: list[str],
+) -> sql.Composed:
+    """INSERT INTO table SELECT ... FROM source: an upsert on ``keys`` (the last row of a key
+    wins), or a plain insert without keys."""
+    if not keys:
+        return sql.SQL("INSERT INTO {t} ({cols}) SELECT {cols} FROM {s} WHERE {w}").format(
+            t=table, cols=cols, s=source, w=where
+        )
+    key_list = sql.SQL(", ").join(sql.Identifier(k) for k in keys)
+    query = sql.SQL(
+        "INSERT INTO {t} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM {s} WHERE {w} "
+        "ORDER BY {keys}, {o} DESC ON CONFLICT ({keys}) "
+    ).format(t=table, cols=cols, keys=key_list, s=source, w=where, o=order)
+    updates = [c for c in columns if c not in keys]
+    if not updates:
+        return query + sql.SQL("DO NOTHING")
+    return (
+        query
+        + sql.SQL("DO UPDATE SET ")
+        + sql.SQL(", ").join(
+            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates
+        )
+    )
+
+
 class JdbcWriter(SinkWriter):
+    """At-least-once writer (no checkpoints): each batch is COPYed into a temporary table and
+    upserted (or inserted) at once."""
+
     def __init__(self, config: dict, schema: Schema) -> None:
         self.conn = connect(config, autocommit=False)
         self.columns = schema.names
         table = _table_ident(config["table"])
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
-        keys = config["primary_keys"] or []
         self.conn.execute(
             sql.SQL(
                 "CREATE TEMP TABLE keel_stage ON COMMIT DELETE ROWS AS "
@@ -217,28 +251,15 @@ class JdbcWriter(SinkWriter):
             ).format(cols=cols, t=table)
         )
         self.conn.commit()
-        upsert = sql.SQL("INSERT INTO {t} ({cols}) SELECT {cols} FROM keel_stage").format(
-            t=table, cols=cols
+        self.upsert = _insert_from(
+            table,
+            cols,
+            sql.Identifier("keel_stage"),
+            sql.SQL("true"),
+            sql.SQL("ctid"),
+            self.columns,
+            config["primary_keys"] or [],
         )
-        if keys:
-            # One batch may hold a key twice: the last row of it wins (COPY keeps order).
-            key_list = sql.SQL(", ").join(sql.Identifier(k) for k in keys)
-            upsert = sql.SQL(
-                "INSERT INTO {t} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM keel_stage "
-                "ORDER BY {keys}, ctid DESC"
-            ).format(t=table, cols=cols, keys=key_list)
-            updates = [c for c in self.columns if c not in keys]
-            conflict = sql.SQL(" ON CONFLICT ({keys}) ").format(
-                keys=sql.SQL(", ").join(sql.Identifier(k) for k in keys)
-            )
-            if updates:
-                action = sql.SQL("DO UPDATE SET ") + sql.SQL(", ").join(
-                    sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates
-                )
-            else:
-                action = sql.SQL("DO NOTHING")
-            upsert = upsert + conflict + action
-        self.upsert = upsert
         self.copy = sql.SQL("COPY keel_stage ({cols}) FROM STDIN").format(cols=cols)
 
     def write(self, rows: list[tuple]) -> None:
@@ -250,6 +271,111 @@ class JdbcWriter(SinkWriter):
         self.conn.commit()
 
     def close(self) -> None:
+        self.conn.close()
+
+    def abort(self) -> None:
+        self.conn.close()
+
+
+class ExactlyOnceJdbcWriter(SinkWriter):
+    """Exactly-once writer for checkpointed jobs.
+
+    Rows go to a durable staging table ``<table>__keel_stage`` tagged with this writer's stable
+    key (job, pipeline, reader: the same for every attempt). At barrier N the untagged rows are
+    tagged N (pre-commit); when N completes they move to the target in one transaction and leave
+    the stage, so committing N twice changes nothing. A new attempt first finishes the commit of
+    the checkpoint it restores from, then drops every later staged row: those rows are replayed.
+    """
+
+    def __init__(self, config: dict, schema: Schema, context: dict) -> None:
+        self.conn = connect(config, autocommit=False)
+        self.columns = schema.names
+        self.keys = config["primary_keys"] or []
+        schema_name, name = split_table(config["table"])
+        self.table = sql.Identifier(schema_name, name)
+        self.stage = sql.Identifier(schema_name, f"{name}__keel_stage")
+        self.cols = sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
+        self.writer = (
+            f"{context.get('jobId')}-{context.get('pipelineId')}-{context.get('readerIndex')}"
+        )
+        # Readers of one job open their writers at the same moment: serialise the DDL (two
+        # concurrent CREATE TABLE IF NOT EXISTS can both try to create the table).
+        self.conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"keel-stage:{schema_name}.{name}",)
+        )
+        self.conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {stage} AS SELECT {cols} FROM {t} WITH NO DATA"
+            ).format(stage=self.stage, cols=self.cols, t=self.table)
+        )
+        for ddl in (
+            "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_writer text",
+            "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_checkpoint bigint",
+            "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_seq bigserial",
+        ):
+            self.conn.execute(sql.SQL(ddl).format(stage=self.stage))
+        self.conn.commit()
+        restored = context.get("restoredCheckpoint")
+        if restored is not None:
+            self._commit_upto(restored)
+        self.conn.execute(
+            sql.SQL(
+                "DELETE FROM {stage} WHERE keel_writer = %s AND "
+                "(keel_checkpoint IS NULL OR keel_checkpoint > %s)"
+            ).format(stage=self.stage),
+            (self.writer, restored if restored is not None else -1),
+        )
+        self.conn.commit()
+        self.copy = sql.SQL("COPY {stage} ({cols}, keel_writer) FROM STDIN").format(
+            stage=self.stage, cols=self.cols
+        )
+
+    def write(self, rows: list[tuple]) -> None:
+        with self.conn.cursor() as cur, cur.copy(self.copy) as copy:
+            for row in rows:
+                copy.write_row((*row, self.writer))
+        self.conn.commit()
+
+    def prepare_commit(self, checkpoint_id: int) -> dict:
+        self.conn.execute(
+            sql.SQL(
+                "UPDATE {stage} SET keel_checkpoint = %s WHERE keel_writer = %s "
+                "AND keel_checkpoint IS NULL"
+            ).format(stage=self.stage),
+            (checkpoint_id, self.writer),
+        )
+        self.conn.commit()
+        return {"writer": self.writer, "checkpoint": checkpoint_id}
+
+    def commit(self, state: dict) -> None:
+        self._commit_upto(state["checkpoint"])
+
+    def _commit_upto(self, checkpoint_id: int | None, include_untagged: bool = False) -> None:
+        if checkpoint_id is None:
+            checkpoint_id = 2**62 if include_untagged else -1
+        where = sql.SQL("keel_writer = {w} AND (keel_checkpoint <= {n}{untagged})").format(
+            w=sql.Literal(self.writer),
+            n=sql.Literal(checkpoint_id),
+            untagged=sql.SQL(" OR keel_checkpoint IS NULL" if include_untagged else ""),
+        )
+        with self.conn.cursor() as cur:
+            cur.execute(
+                _insert_from(
+                    self.table,
+                    self.cols,
+                    self.stage,
+                    where,
+                    sql.Identifier("keel_seq"),
+                    self.columns,
+                    self.keys,
+                )
+            )
+            cur.execute(sql.SQL("DELETE FROM {stage} WHERE {w}").format(stage=self.stage, w=where))
+        self.conn.commit()
+
+    def close(self) -> None:
+        """A batch pipeline finished: everything it wrote becomes visible."""
+        self._commit_upto(None, include_untagged=True)
         self.conn.close()
 
     def abort(self) -> None:
@@ -299,4 +425,6 @@ class JdbcSink(SinkPlugin):
         return []
 
     def writer(self, schema: Schema, context: dict) -> SinkWriter:
+        if context.get("checkpointing"):
+            return ExactlyOnceJdbcWriter(self.config, schema, context)
         return JdbcWriter(self.config, schema)
