@@ -153,11 +153,14 @@ def test_cancel_a_pending_job_and_cancel_again_is_409(api):
     assert api.post(f"/api/v1/jobs/{job_id}/cancel").status_code == 409
     assert api.post("/api/v1/jobs/999999/cancel").status_code == 404
     assert api.get("/api/v1/jobs/999999").status_code == 404
+    assert api.get("/api/v1/jobs/999999/checkpoints").status_code == 404
+    assert api.get(f"/api/v1/jobs/{job_id}/checkpoints").json() == []
 
 
 def test_jobs_need_authentication(db):
     client = APIClient()
     assert client.get("/api/v1/jobs").status_code == 401
+    assert client.get("/api/v1/jobs/1/checkpoints").status_code == 401
     assert client.post("/api/v1/jobs", {"config": GOOD}, format="json").status_code == 401
 
 
