@@ -154,6 +154,84 @@ class LocalFileWriter(SinkWriter):
         self.tmp.unlink(missing_ok=True)
 
 
+class CheckpointedLocalFileWriter(LocalFileWriter):
+    """A part per checkpoint: barrier N seals the rows written since N-1 into a pending part;
+    completion of N publishes it (a rename, so committing twice changes nothing). A new attempt
+    publishes the pending parts of the checkpoint it restores from and earlier, and discards the
+    rest: those rows are replayed from the checkpoint's offsets."""
+
+    def __init__(self, config: dict, schema: Schema, context: dict) -> None:
+        self.config = config
+        self.schema = schema
+        self.context = context
+        self.ext = "csv" if config["file_format_type"] == "csv" else "jsonl"
+        self.key = (
+            f"part-{context.get('jobId', 0)}-{context.get('pipelineId', 0)}"
+            f"-{context.get('readerIndex', 0)}"
+        )
+        directory = Path(config["path"])
+        self.tmp_dir = directory / TMP_DIR
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        restored = context.get("restoredCheckpoint")
+        for pending in self.tmp_dir.glob(f"{self.key}.ckpt-*.{self.ext}"):
+            number = int(pending.name.split(".ckpt-")[1].split(".")[0])
+            if restored is not None and number <= restored:
+                os.replace(pending, self.published(number))
+            else:
+                pending.unlink()
+        for stale in self.tmp_dir.glob(f"{self.key}.attempt-*"):
+            stale.unlink()
+        self.sealed = 0
+        self._open()
+
+    def published(self, checkpoint_id: int) -> Path:
+        return Path(self.config["path"]) / f"{self.key}-{checkpoint_id:012d}.{self.ext}"
+
+    def pending(self, checkpoint_id: int) -> Path:
+        return self.tmp_dir / f"{self.key}.ckpt-{checkpoint_id}.{self.ext}"
+
+    def _open(self) -> None:
+        self.sealed += 1
+        self.tmp = self.tmp_dir / (
+            f"{self.key}.attempt-{self.context.get('attempt', 0)}-{self.sealed}.{self.ext}"
+        )
+        self.fh = open(self.tmp, "w", newline="", encoding="utf-8")
+        self.delimiter = self.config["field_delimiter"]
+        self.format = self.config["file_format_type"]
+        self.names = self.schema.names
+        self.csv = csv.writer(self.fh, delimiter=self.delimiter) if self.format == "csv" else None
+        if self.csv is not None and self.config["header"]:
+            self.csv.writerow(self.names)
+
+    def _seal(self) -> Path:
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        self.fh.close()
+        return self.tmp
+
+    def prepare_commit(self, checkpoint_id: int) -> dict:
+        os.replace(self._seal(), self.pending(checkpoint_id))
+        self._open()
+        return {"checkpoint": checkpoint_id}
+
+    def commit(self, state: dict) -> None:
+        number = state["checkpoint"]
+        pending = self.pending(number)
+        if pending.exists():
+            os.replace(pending, self.published(number))
+
+    def close(self) -> None:
+        """A batch pipeline finished: publish what is pending and what was written since."""
+        for pending in sorted(self.tmp_dir.glob(f"{self.key}.ckpt-*.{self.ext}")):
+            number = int(pending.name.split(".ckpt-")[1].split(".")[0])
+            os.replace(pending, self.published(number))
+        os.replace(self._seal(), Path(self.config["path"]) / f"{self.key}-end.{self.ext}")
+
+    def abort(self) -> None:
+        self.fh.close()
+        self.tmp.unlink(missing_ok=True)
+
+
 @register
 class LocalFileSink(SinkPlugin):
     name = "LocalFile"
@@ -174,4 +252,6 @@ class LocalFileSink(SinkPlugin):
         return []
 
     def writer(self, schema: Schema, context: dict) -> SinkWriter:
+        if context.get("checkpointing"):
+            return CheckpointedLocalFileWriter(self.config, schema, context)
         return LocalFileWriter(self.config, schema, context)
