@@ -24,14 +24,12 @@ from .models import (
     ControlStep,
     EngineEvent,
     Job,
-    Member,
     Pipeline,
-    Slot,
     SplitAssignment,
     TaskGroup,
 )
-from .scheduler import Deployment, _dynamic_slots, _free_slots
-from .states import EXECUTION_TERMINAL, ExecutionStatus, JobStatus, SlotState
+from .scheduler import Deployment, deploy_on, take_slots
+from .states import EXECUTION_TERMINAL, ExecutionStatus, JobStatus
 
 log = logging.getLogger("keel.recovery")
 ENQUEUE_TIMEOUT = 10.0
@@ -111,10 +109,8 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
         if obsolete:
             _done(step, "obsolete: nothing to restore")
             return "obsolete", []
-        slots = _free_slots(len(groups))
-        if len(slots) < len(groups):
-            slots += _dynamic_slots(len(groups) - len(slots))
-        if len(slots) < len(groups):
+        slots = take_slots(len(groups))
+        if slots is None:
             # Not enough slots now: stay due, try again shortly (the rows locked roll back).
             ControlStep.objects.filter(id=step.id).update(
                 due_at=Now() + timedelta(seconds=NO_SLOTS_RETRY),
@@ -122,37 +118,8 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
                 attempts=step.attempts + 1,
             )
             return "waiting for slots", []
-        members = {m.id: m for m in Member.objects.filter(id__in={member for _, member in slots})}
-        Slot.objects.filter(id__in=[s for s, _ in slots]).update(state=SlotState.ASSIGNED)
         restored_from = _rewind_splits(pipeline, groups)
-        deployments = []
-        for group, (slot_id, member_id) in zip(groups, slots, strict=True):
-            group.slot_id, group.member_id = slot_id, member_id
-            group.status = ExecutionStatus.DEPLOYING
-            group.attempt += 1
-            group.error_msg = ""
-            group.lost_member_id = None
-            group.source_received = group.sink_written = 0
-            group.rows_per_second = 0.0
-            group.deployed_at = group.updated_at = Now()
-            member = members[member_id]
-            deployments.append(Deployment(group.id, group.attempt, member.name, str(member.uuid)))
-        TaskGroup.objects.bulk_update(
-            groups,
-            [
-                "slot",
-                "member",
-                "status",
-                "attempt",
-                "error_msg",
-                "lost_member",
-                "source_received",
-                "sink_written",
-                "rows_per_second",
-                "deployed_at",
-                "updated_at",
-            ],
-        )
+        deployments = deploy_on(groups, slots)
         previous = pipeline.error_msg
         Pipeline.objects.filter(id=pipeline.id).update(
             status=ExecutionStatus.DEPLOYING,

@@ -90,6 +90,56 @@ def _dynamic_slots(count: int) -> list[tuple[int, int]]:
     return [(slot.id, slot.member_id) for slot in created]
 
 
+def take_slots(count: int) -> list[tuple[int, int]] | None:
+    """Lock ``count`` free slots (creating dynamic ones if needed), or None if there are not
+    enough: then nothing is taken (the locks go with the caller's transaction)."""
+    slots = _free_slots(count)
+    if len(slots) < count:
+        slots += _dynamic_slots(count - len(slots))
+    return slots if len(slots) == count else None
+
+
+def deploy_on(groups: list[TaskGroup], slots: list[tuple[int, int]]) -> list[Deployment]:
+    """Give each task group a slot and a new attempt, DEPLOYING, in one statement per table;
+    returns the deploy commands to send once the caller's transaction commits."""
+    members = {
+        pk: (name, uuid)
+        for pk, name, uuid in Member.objects.filter(id__in={m for _, m in slots}).values_list(
+            "id", "name", "uuid"
+        )
+    }
+    Slot.objects.filter(id__in=[s for s, _ in slots]).update(state=SlotState.ASSIGNED)
+    deployments = []
+    for group, (slot_id, member_id) in zip(groups, slots, strict=True):
+        group.slot_id, group.member_id = slot_id, member_id
+        group.status = ExecutionStatus.DEPLOYING
+        group.attempt += 1
+        group.error_msg = ""
+        group.lost_member_id = None
+        group.source_received = group.sink_written = 0
+        group.rows_per_second = 0.0
+        group.deployed_at = group.updated_at = Now()
+        name, member_uuid = members[member_id]
+        deployments.append(Deployment(group.id, group.attempt, name, str(member_uuid)))
+    TaskGroup.objects.bulk_update(
+        groups,
+        [
+            "slot",
+            "member",
+            "status",
+            "attempt",
+            "error_msg",
+            "lost_member",
+            "source_received",
+            "sink_written",
+            "rows_per_second",
+            "deployed_at",
+            "updated_at",
+        ],
+    )
+    return deployments
+
+
 def schedule_next(epoch: int) -> list[Deployment] | None:
     """Schedule the oldest PENDING job if slots allow. None: nothing scheduled."""
     with fenced(epoch):
@@ -106,32 +156,10 @@ def schedule_next(epoch: int) -> list[Deployment] | None:
             .select_related("pipeline")
             .order_by("pipeline__index", "kind", "index")
         )
-        slots = _free_slots(len(groups))
-        if len(slots) < len(groups):
-            slots += _dynamic_slots(len(groups) - len(slots))
-        if len(slots) < len(groups):
+        slots = take_slots(len(groups))
+        if slots is None:
             return None  # stays PENDING; FIFO: nothing behind it goes first
-        names = {
-            pk: (name, uuid)
-            for pk, name, uuid in Member.objects.filter(id__in={m for _, m in slots}).values_list(
-                "id", "name", "uuid"
-            )
-        }
-        Slot.objects.filter(id__in=[s for s, _ in slots]).update(state=SlotState.ASSIGNED)
-        deployments = []
-        for group, (slot_id, member_id) in zip(groups, slots, strict=True):
-            group.slot_id, group.member_id = slot_id, member_id
-            group.status = ExecutionStatus.DEPLOYING
-            group.attempt += 1
-            group.error_msg = ""
-            group.deployed_at = Now()
-            group.updated_at = Now()
-            name, member_uuid = names[member_id]
-            deployments.append(Deployment(group.id, group.attempt, name, str(member_uuid)))
-        TaskGroup.objects.bulk_update(
-            groups,
-            ["slot", "member", "status", "attempt", "error_msg", "deployed_at", "updated_at"],
-        )
+        deployments = deploy_on(groups, slots)
         Pipeline.objects.filter(job=job).update(status=ExecutionStatus.DEPLOYING)
         job.status = JobStatus.SCHEDULED
         job.save(update_fields=["status"])
