@@ -265,6 +265,16 @@ def test_streaming_to_jdbc_survives_a_killed_reader_exactly_once(rc, data_db):
         interval=0.1,
         what="checkpoints after the restore",
     )
+    # Checkpoint ids only grow; at most checkpoint.max-retained (3) completed ones are kept.
+    summary = job(rc, job_id)["checkpoints"]
+    code, listed = rc.api(f"/api/v1/jobs/{job_id}/checkpoints")
+    assert code == 200 and summary["completed"] >= 4
+    completed = [c for c in listed if c["state"] == "COMPLETED"]
+    assert 1 <= len(completed) <= 3
+    ids = [c["checkpointId"] for c in listed]
+    assert ids == sorted(ids, reverse=True)
+    assert all(c["durationMs"] is not None and c["durationMs"] >= 0 for c in completed)
+    assert summary["latestId"] >= completed[0]["checkpointId"]
     assert stop_and_check(rc, job_id, data_db) > 0
     rc.start(victim)
 
