@@ -18,6 +18,8 @@ from engine.jobs import JobStateError, cancel_job, submit_job
 from engine.models import Checkpoint, Job, TaskGroup
 from engine.states import JobStatus
 
+from .serializers import MemberRefSerializer
+
 MAX_CONFIG_BYTES = 1_000_000
 
 
@@ -52,11 +54,6 @@ class MetricsSerializer(serializers.Serializer):
     sourceReceivedCount = serializers.IntegerField()
     sinkWriteCount = serializers.IntegerField()
     rowsPerSecond = serializers.FloatField()
-
-
-class MemberRefSerializer(serializers.Serializer):
-    uuid = serializers.UUIDField()
-    name = serializers.CharField()
 
 
 class SlotRefSerializer(serializers.Serializer):

@@ -83,7 +83,9 @@ class SlotOwnerSerializer(serializers.Serializer):
     taskGroupId = serializers.IntegerField()
 
 
-class SlotMemberSerializer(serializers.Serializer):
+class MemberRefSerializer(serializers.Serializer):
+    """A member named in another resource (a slot, a task group)."""
+
     uuid = serializers.UUIDField()
     name = serializers.CharField()
 
@@ -92,7 +94,7 @@ class SlotSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     sequence = serializers.IntegerField()
     state = serializers.CharField()
-    member = SlotMemberSerializer()
+    member = MemberRefSerializer()
     owner = SlotOwnerSerializer(allow_null=True)
 
 
