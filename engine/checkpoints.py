@@ -22,7 +22,7 @@ from django.utils import timezone
 from .events import append_events
 from .fencing import fenced
 from .models import Checkpoint, EngineEvent, Pipeline, TaskCheckpoint, TaskGroup
-from .states import ExecutionStatus, JobStatus, TaskGroupKind
+from .states import ExecutionStatus, JobStatus, MemberState, TaskGroupKind
 
 log = logging.getLogger("keel.checkpoints")
 
@@ -50,7 +50,9 @@ def trigger_due(epoch: int) -> bool:
         for pipeline in due:
             groups = list(
                 TaskGroup.objects.filter(
-                    pipeline=pipeline, status=ExecutionStatus.RUNNING
+                    pipeline=pipeline,
+                    status=ExecutionStatus.RUNNING,
+                    member__state=MemberState.ALIVE,  # a lost member's group is failing anyway
                 ).select_related("member")
             )
             total = TaskGroup.objects.filter(pipeline=pipeline).count()
@@ -205,10 +207,13 @@ def _send_commits(checkpoint: Checkpoint) -> None:
     from .orchestration import send
     from .tasks import checkpoint_commit
 
+    # A reader that misses this (its member died) commits on restore instead: the new attempt
+    # completes the commit of the checkpoint it restores from.
     readers = TaskGroup.objects.filter(
         pipeline_id=checkpoint.pipeline_id,
         kind=TaskGroupKind.READER,
         status=ExecutionStatus.RUNNING,
+        member__state=MemberState.ALIVE,
     ).select_related("member")
     for group in readers:
         send(
