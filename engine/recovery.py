@@ -119,7 +119,7 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
             )
             return "waiting for slots", []
         restored_from = _rewind_splits(pipeline, groups)
-        deployments = deploy_on(groups, slots)
+        deployments, group_events = deploy_on(groups, slots, epoch)
         previous = pipeline.error_msg
         Pipeline.objects.filter(id=pipeline.id).update(
             status=ExecutionStatus.DEPLOYING,
@@ -152,6 +152,7 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
                         "to": ExecutionStatus.DEPLOYING,
                     },
                 ),
+                *group_events,
             ]
         )
     log.warning("job %s pipeline %s restored (restore %s)", job.id, pipeline.index, number)

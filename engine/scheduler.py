@@ -99,9 +99,14 @@ def take_slots(count: int) -> list[tuple[int, int]] | None:
     return slots if len(slots) == count else None
 
 
-def deploy_on(groups: list[TaskGroup], slots: list[tuple[int, int]]) -> list[Deployment]:
-    """Give each task group a slot and a new attempt, DEPLOYING, in one statement per table;
-    returns the deploy commands to send once the caller's transaction commits."""
+def deploy_on(
+    groups: list[TaskGroup], slots: list[tuple[int, int]], epoch: int
+) -> tuple[list[Deployment], list[EngineEvent]]:
+    """Give each task group a slot and a new attempt, DEPLOYING, in one statement per table.
+
+    Returns the deploy commands to send once the caller's transaction commits, and the
+    ``taskgroup.status`` events for the caller to append with its own.
+    """
     members = {
         pk: (name, uuid)
         for pk, name, uuid in Member.objects.filter(id__in={m for _, m in slots}).values_list(
@@ -137,7 +142,22 @@ def deploy_on(groups: list[TaskGroup], slots: list[tuple[int, int]]) -> list[Dep
             "updated_at",
         ],
     )
-    return deployments
+    events = [
+        EngineEvent(
+            kind="taskgroup.status",
+            job_id=g.job_id,
+            member_id=g.member_id,
+            epoch=epoch,
+            payload={
+                "taskGroupId": g.id,
+                "attempt": g.attempt,
+                "to": ExecutionStatus.DEPLOYING,
+                "slotId": g.slot_id,
+            },
+        )
+        for g in groups
+    ]
+    return deployments, events
 
 
 def schedule_next(epoch: int) -> list[Deployment] | None:
@@ -159,7 +179,7 @@ def schedule_next(epoch: int) -> list[Deployment] | None:
         slots = take_slots(len(groups))
         if slots is None:
             return None  # stays PENDING; FIFO: nothing behind it goes first
-        deployments = deploy_on(groups, slots)
+        deployments, group_events = deploy_on(groups, slots, epoch)
         Pipeline.objects.filter(job=job).update(status=ExecutionStatus.DEPLOYING)
         job.status = JobStatus.SCHEDULED
         job.save(update_fields=["status"])
@@ -176,21 +196,7 @@ def schedule_next(epoch: int) -> list[Deployment] | None:
             )
             for index in sorted({g.pipeline.index for g in groups})
         ]
-        events += [
-            EngineEvent(
-                kind="taskgroup.status",
-                job_id=job.id,
-                member_id=g.member_id,
-                epoch=epoch,
-                payload={
-                    "taskGroupId": g.id,
-                    "attempt": g.attempt,
-                    "to": ExecutionStatus.DEPLOYING,
-                    "slotId": g.slot_id,
-                },
-            )
-            for g in groups
-        ]
+        events += group_events
         events.append(
             EngineEvent(
                 kind="job.status",
