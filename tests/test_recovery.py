@@ -40,6 +40,25 @@ def kill(c: Cluster, name: str) -> float:
     return time.monotonic()
 
 
+def restored(c: Cluster, job_id: int, count: int):
+    """The job detail once its pipeline has been restored ``count`` times and runs again."""
+    d = job(c, job_id)
+    p = d["pipelines"][0]
+    return p["restoreCount"] == count and p["status"] == "RUNNING" and d
+
+
+def kill_reader_until_restore_requested(c: Cluster, job_id: int) -> str:
+    """kill -9 the member running reader 0; return its name once the restore is requested."""
+    victim = reader_member(wait_status(c, job_id, {"RUNNING"}, timeout=30))
+    kill(c, victim)
+    wait_for(
+        lambda: c.one("SELECT count(*) FROM engine_controlstep WHERE job_id = %s", (job_id,)) == 1,
+        10,
+        what="the restore to be requested",
+    )
+    return victim
+
+
 def test_batch_job_survives_a_killed_worker_with_the_exact_row_set(rc, tmp_path):
     """Issue 4, acceptance 5: batch FakeSource -> LocalFile, a worker killed mid-run:
     FINISHED, exactly the expected rows, none twice (the pipeline restarts from the start)."""
@@ -90,13 +109,9 @@ def test_restore_runs_again_within_3s_and_the_retry_limit_fails_the_job(rc):
     )
     first = reader_member(wait_status(rc, job_id, {"RUNNING"}, timeout=30))
     killed_at = kill(rc, first)
-
-    def restored():
-        d = job(rc, job_id)
-        p = d["pipelines"][0]
-        return p["restoreCount"] == 1 and p["status"] == "RUNNING" and d
-
-    detail = wait_for(restored, 10, interval=0.02, what="the pipeline to run again")
+    detail = wait_for(
+        lambda: restored(rc, job_id, 1), 10, interval=0.02, what="the pipeline to run again"
+    )
     assert time.monotonic() - killed_at < 3.0
     assert detail["jobStatus"] == "RUNNING"
     groups = detail["pipelines"][0]["taskGroups"]
@@ -126,13 +141,7 @@ def test_cancel_during_a_pending_restore_cancels_the_job(rc):
         "      job.retry.interval.seconds = 30 }\n"
         "source { FakeSource { rows.per-second = 100 } }\nsink { Blackhole {} }",
     )
-    victim = reader_member(wait_status(rc, job_id, {"RUNNING"}, timeout=30))
-    kill(rc, victim)
-    wait_for(
-        lambda: rc.one("SELECT count(*) FROM engine_controlstep WHERE job_id = %s", (job_id,)) == 1,
-        10,
-        what="the restore to be requested",
-    )
+    victim = kill_reader_until_restore_requested(rc, job_id)
     assert post(rc, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
     assert wait_status(rc, job_id, TERMINAL, timeout=30)["jobStatus"] == "CANCELED"
     rc.start(victim)
@@ -149,23 +158,13 @@ def test_recovery_completes_under_a_new_master_without_running_a_task_group_twic
         "source { FakeSource { split.num = 2, rows.per-second = 100 } }\n"
         "sink { Blackhole {} }",
     )
-    victim = reader_member(wait_status(rc, job_id, {"RUNNING"}, timeout=30))
-    kill(rc, victim)
+    victim = kill_reader_until_restore_requested(rc, job_id)
     # The restore is requested (due in 2 s): now the active master dies as well.
-    wait_for(
-        lambda: rc.one("SELECT count(*) FROM engine_controlstep WHERE job_id = %s", (job_id,)) == 1,
-        10,
-        what="the restore to be requested",
-    )
     epoch, master = rc.active_master()
     kill(rc, master)
-
-    def restored():
-        d = job(rc, job_id)
-        p = d["pipelines"][0]
-        return p["restoreCount"] == 1 and p["status"] == "RUNNING" and d
-
-    detail = wait_for(restored, 20, interval=0.05, what="the restore under the new master")
+    detail = wait_for(
+        lambda: restored(rc, job_id, 1), 20, interval=0.05, what="the restore under the new master"
+    )
     assert rc.active_master()[0] > epoch
     assert rc.one("SELECT state FROM engine_controlstep WHERE job_id = %s", (job_id,)) == "DONE"
     assert all(g["attempt"] == 2 for g in detail["pipelines"][0]["taskGroups"])
@@ -205,12 +204,6 @@ sink {{ Jdbc {{ url = "{url}", table = eo }} }}
 
 def completed_checkpoints(c: Cluster, job_id: int) -> int:
     return job(c, job_id)["checkpoints"]["completed"]
-
-
-def restored(c: Cluster, job_id: int, count: int):
-    d = job(c, job_id)
-    p = d["pipelines"][0]
-    return p["restoreCount"] == count and p["status"] == "RUNNING" and d
 
 
 def assert_exactly_once(url: str, splits: int) -> int:
