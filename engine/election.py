@@ -28,6 +28,7 @@ from .events import append_event
 from .fencing import StaleEpoch, fenced
 from .locks import LEADERSHIP
 from .models import MasterCandidate
+from .protocol import PROTOCOL_VERSION
 from .states import CandidateState
 
 log = logging.getLogger("keel.election")
@@ -249,12 +250,13 @@ def record_candidate(
             """
             INSERT INTO engine_mastercandidate
                    (name, pid, host, state, epoch, started_at, last_seen, fenced_rejections,
-                    last_rejected_epoch)
+                    last_rejected_epoch, protocol_version)
             VALUES (%(name)s, %(pid)s, %(host)s, %(state)s, %(epoch)s, now(), now(),
-                    %(rej)s, %(rej_epoch)s)
+                    %(rej)s, %(rej_epoch)s, %(protocol)s)
             ON CONFLICT (name) DO UPDATE
                SET pid = EXCLUDED.pid, host = EXCLUDED.host, state = EXCLUDED.state,
                    epoch = EXCLUDED.epoch, last_seen = now(),
+                   protocol_version = EXCLUDED.protocol_version,
                    started_at = CASE WHEN engine_mastercandidate.pid = EXCLUDED.pid
                                      THEN engine_mastercandidate.started_at ELSE now() END,
                    fenced_rejections = engine_mastercandidate.fenced_rejections + %(rej)s,
@@ -269,6 +271,7 @@ def record_candidate(
                 "epoch": leadership.epoch,
                 "rej": 1 if rejected_epoch is not None else 0,
                 "rej_epoch": rejected_epoch,
+                "protocol": PROTOCOL_VERSION,
             },
         )
 

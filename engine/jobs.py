@@ -8,10 +8,13 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models.functions import Now
 
+from . import dirty
 from .events import append_event, append_events
+from .jobconfig import ConfigError
 from .lifecycle import settle_job
 from .models import EngineEvent, Job, Pipeline, TaskGroup
 from .planner import JobPlan, plan_job
+from .protocol import DIRTY_TRACKING_SINCE
 from .states import (
     JOB_TERMINAL,
     JOB_TRANSITIONS,
@@ -31,6 +34,8 @@ def submit_job(config_text: str, job_name: str | None = None) -> Job:
 
 
 def create_job(plan: JobPlan, config_text: str) -> Job:
+    if (plan.env.get("job.dirty-task.threshold") or 0) > 0:
+        _check_dirty_tracking_supported()
     with transaction.atomic():
         job = Job.objects.create(
             name=plan.name,
@@ -39,7 +44,10 @@ def create_job(plan: JobPlan, config_text: str) -> Job:
             config_text=config_text,
             env=plan.env,
             slots_needed=plan.slots_needed,
+            dirty_threshold=plan.env.get("job.dirty-task.threshold") or -1,
         )
+        # Before the job can be scheduled (it is, once this commits): engine.dirty.
+        dirty.init_state(job)
         pipelines = Pipeline.objects.bulk_create(
             Pipeline(job=job, index=i, plan=p.to_json())
             for i, p in enumerate(plan.pipelines, start=1)
@@ -66,6 +74,23 @@ def create_job(plan: JobPlan, config_text: str) -> Job:
             },
         )
     return job
+
+
+def _check_dirty_tracking_supported() -> None:
+    """Seed 000 rollout rule: a job may enable dirty tracking only once no alive member or master
+    runs an older protocol (an old member could not take part in the tracking)."""
+    older = dirty.older_members()
+    if older:
+        raise ConfigError(
+            [
+                {
+                    "path": "env.job.dirty-task.threshold",
+                    "message": "dirty-job tracking cannot be enabled while the cluster runs "
+                    f"mixed versions: {'; '.join(older)} (it needs protocol "
+                    f"{DIRTY_TRACKING_SINCE}); upgrade every member first",
+                }
+            ]
+        )
 
 
 class JobStateError(Exception):
@@ -98,6 +123,8 @@ def cancel_job(job_id: int) -> Job:
         events = [
             EngineEvent(kind="job.status", job_id=job.id, payload={"from": previous, "to": target})
         ]
+        if target == JobStatus.CANCELED:
+            events += dirty.on_job_terminal(job)
         if target == JobStatus.CANCELING:
             # Task groups that already ended (e.g. a pipeline waiting to restore) will not
             # report again: roll up now, so the job can end as soon as nothing runs.

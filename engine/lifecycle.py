@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from django.db import transaction
 from django.db.models.functions import Now
 
+from . import dirty
 from .events import append_events
 from .models import EngineEvent, Job, Pipeline, Slot, TaskGroup
 from .states import (
@@ -251,8 +252,17 @@ def settle_job(job: Job) -> list[EngineEvent]:
     """
     if job.status in JOB_TERMINAL:
         return []
-    events: list[EngineEvent] = []
     pipelines = list(job.pipelines.order_by("index"))
+    events = _settle(job, pipelines)
+    if job.status in JOB_TERMINAL:  # it ended just now: history, then the running state goes
+        events += dirty.on_job_terminal(job)
+    else:
+        events += dirty.after_settle(job, pipelines)
+    return events
+
+
+def _settle(job: Job, pipelines: list[Pipeline]) -> list[EngineEvent]:
+    events: list[EngineEvent] = []
     groups = list(
         TaskGroup.objects.filter(job=job).values(
             "pipeline_id", "status", "error_msg", "lost_member_id"
@@ -337,7 +347,9 @@ def _request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[E
             kind="pipeline.restore-requested",
             job_id=job.id,
             payload={"pipelineId": pipeline.index, "restore": number, "inSeconds": delay},
-        )
+        ),
+        # Restore preparation: the dirty-job attempt is allocated (not counted) here.
+        *dirty.on_restore_prepared(job, pipeline, number, lost),
     ]
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import psycopg
 from django.db import DatabaseError, InterfaceError, close_old_connections, connections
 
-from . import checkpoints, orchestration, recovery
+from . import checkpoints, dirty, orchestration, recovery
 from .election import Leadership, LeadershipLost, record_candidate
 from .fencing import StaleEpoch
 from .membership import SWEEP_INTERVAL, sweep_members
@@ -71,7 +71,10 @@ class Master:
         self.lost_timer = Timer(0.2)
         self.control_timer = Timer(0.2)
         self.checkpoint_timer = Timer(0.1)
+        self.dirty_expiry_timer = Timer(1.0)
         self.cancels = orchestration.CancelSender()
+        #: The epoch whose dirty-job reconciliation is done (seed 000: before any restore).
+        self.reconciled_epoch: int | None = None
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -99,13 +102,33 @@ class Master:
     def _active_and(self, timer: Timer) -> bool:
         return self.leadership.active and timer.due()
 
+    def step_reconcile(self) -> bool:
+        """Once per epoch, before restores are enqueued or jobs scheduled: reconcile the
+        dirty-job attempts a previous master left PREPARED with their pipelines' states."""
+        epoch = self.leadership.epoch
+        if not self.leadership.active or self.reconciled_epoch == epoch:
+            return False
+        changed = dirty.reconcile(epoch)
+        self.reconciled_epoch = epoch
+        if changed:
+            log.info("dirty-job reconciliation under epoch %s changed %s attempts", epoch, changed)
+        return True
+
+    def _reconciled(self) -> bool:
+        return self.reconciled_epoch == self.leadership.epoch
+
+    def step_dirty_expiry(self) -> bool:
+        if not self._active_and(self.dirty_expiry_timer) or not self._reconciled():
+            return False
+        return dirty.expire_stale_episodes(self.leadership.epoch)
+
     def step_fail_lost(self) -> bool:
         if not self._active_and(self.lost_timer):
             return False
         return orchestration.fail_lost_task_groups(self.leadership.epoch)
 
     def step_control(self) -> bool:
-        if not self._active_and(self.control_timer):
+        if not self._reconciled() or not self._active_and(self.control_timer):
             return False
         return recovery.enqueue_due_steps(self.leadership.epoch)
 
@@ -116,7 +139,7 @@ class Master:
         return checkpoints.trigger_due(self.leadership.epoch) or completed
 
     def step_schedule(self) -> bool:
-        if not self._active_and(self.schedule_timer):
+        if not self._reconciled() or not self._active_and(self.schedule_timer):
             return False
         scheduled = orchestration.schedule(self.leadership.epoch)
         if scheduled:
@@ -146,12 +169,14 @@ class Master:
             self.step_campaign,
             self.step_renew,
             self.step_sweep_members,
+            self.step_reconcile,
             self.step_fail_lost,
             self.step_control,
             self.step_checkpoints,
             self.step_cancel,
             self.step_schedule,
             self.step_redeliver,
+            self.step_dirty_expiry,
             self.step_candidate,
         ):
             did = step() or did

@@ -23,11 +23,12 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
+from . import dirty
 from .dbsession import connect_dedicated, django_application_name
-from .events import append_event
+from .events import append_events
 from .fencing import fenced
 from .locks import EVENT_APPEND, MEMBER_NAMESPACE, member_lock_key
-from .models import ClusterState, Member
+from .models import ClusterState, EngineEvent, Member
 from .protocol import PROTOCOL_VERSION
 from .states import MEMBER_TRANSITIONS, MemberState, SlotMode, check_transition
 
@@ -166,12 +167,15 @@ def _end_membership(
         return None
     seq = _bump_member_event_sequence()
     member = Member.objects.get(id=member_id)
-    append_event(
-        kind,
+    event = EngineEvent(
+        kind=kind,
         member=member,
         epoch=epoch,
         payload=_member_payload(member, reason=reason, member_event_sequence=seq),
     )
+    # Dirty-job incidents are registered here, in the transaction that ends the membership,
+    # so they exist before the master fails the member's task groups (engine.dirty).
+    append_events([event, *dirty.on_member_lost(member, seq, epoch)])
     return member
 
 

@@ -84,6 +84,8 @@ class MasterCandidate(models.Model):
     last_seen = models.DateTimeField(db_default=Now())
     fenced_rejections = models.IntegerField(default=0)
     last_rejected_epoch = models.BigIntegerField(null=True, blank=True)
+    #: The protocol version this master runs (engine.protocol); 0 for rows written before it.
+    protocol_version = models.IntegerField(default=0)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.state})"
@@ -176,6 +178,8 @@ class Job(models.Model):
     error_msg = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
+    #: ``job.dirty-task.threshold`` (<= 0: dirty-job tracking disabled; see engine.dirty).
+    dirty_threshold = models.IntegerField(default=-1)
 
     class Meta:
         ordering = ["-id"]
@@ -343,3 +347,127 @@ class TaskCheckpoint(models.Model):
 
     def __str__(self) -> str:
         return f"ack of {self.task_group_id} for checkpoint {self.checkpoint_id}"
+
+
+class DirtyJobState(models.Model):
+    """The running dirty-job (recovery-degraded) state of one tracking-enabled job.
+
+    Created in the job's submit transaction, so an enabled job is never schedulable without it;
+    every change takes this row's lock (after the job row's, where both are taken) in one short
+    transaction with its EngineEvent. Deleted in the job's terminal transaction, right after the
+    history snapshot (history.JobHistory) is written. See engine.dirty.
+    """
+
+    job = models.OneToOneField(
+        Job, primary_key=True, on_delete=models.CASCADE, related_name="dirty_state"
+    )
+    #: The layout version of this row; a reader that does not know it reports UNKNOWN.
+    schema_version = models.SmallIntegerField(default=1)
+    threshold = models.IntegerField()
+    dirty = models.BooleanField(default=False)
+    #: False once something could not be tracked (the evaluation is then UNKNOWN, not CLEAN).
+    tracking_complete = models.BooleanField(default=True)
+    incomplete_reason = models.TextField(blank=True, default="")
+    recovery_attempt_count = models.IntegerField(default=0)
+    recovery_episode_count = models.IntegerField(default=0)
+    member_loss_incident_count = models.IntegerField(default=0)
+    active_episode = models.ForeignKey(
+        "RecoveryEpisode", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    last_leave_classification = models.CharField(max_length=32, blank=True, default="")
+    last_lost_member_uuid = models.UUIDField(null=True, blank=True)
+    last_lost_address = models.CharField(max_length=255, blank=True, default="")
+    last_counted_at = models.DateTimeField(null=True, blank=True)
+    first_dirty_at = models.DateTimeField(null=True, blank=True)
+    #: The last global member-event sequence this job has handled (ClusterState).
+    processed_member_event_sequence = models.BigIntegerField()
+    updated_at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return f"dirty state of job {self.job_id}"
+
+
+class RecoveryEpisode(models.Model):
+    """One continuous member-loss recovery of a job: from its first incident until every affected
+    pipeline has been redeployed and runs (COMPLETED), or the job can no longer restore
+    (ABORTED). The ``id`` is the stable episodeId."""
+
+    class Status(models.TextChoices):
+        ACTIVE = "ACTIVE"
+        COMPLETED = "COMPLETED"
+        ABORTED = "ABORTED"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="recovery_episodes")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    classification = models.CharField(max_length=32)
+    #: The job-level generation: the highest confirmed prepare sequence of any pipeline.
+    generation = models.IntegerField(default=0)
+    started_at = models.DateTimeField(db_default=Now())
+    last_activity_at = models.DateTimeField(db_default=Now())
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["status", "last_activity_at"])]
+
+    def __str__(self) -> str:
+        return f"episode {self.id} of job {self.job_id} ({self.status})"
+
+
+class MemberLossIncident(models.Model):
+    """A member (by UUID; the address is context only) left and affected a job. Idempotent by
+    ``(job, lost_member_uuid)``: a duplicate delivery finds the row and changes nothing."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="member_loss_incidents")
+    episode = models.ForeignKey(
+        RecoveryEpisode, null=True, on_delete=models.SET_NULL, related_name="incidents"
+    )
+    lost_member_uuid = models.UUIDField()
+    lost_address = models.CharField(max_length=255, blank=True, default="")
+    classification = models.CharField(max_length=32)
+    member_event_sequence = models.BigIntegerField(null=True, blank=True)
+    at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "lost_member_uuid"], name="incident_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"loss of {self.lost_member_uuid} for job {self.job_id}"
+
+
+class RecoveryAttempt(models.Model):
+    """One redeployment of one pipeline within an episode, allocated when its restore is
+    prepared (PREPARED) and counted only when the pipeline reaches DEPLOYING on its new slots
+    (CONFIRMED). ``attempt_id`` = ``<episodeId>-<pipelineId>-<prepareSequence>``."""
+
+    class State(models.TextChoices):
+        PREPARED = "PREPARED"
+        CONFIRMED = "CONFIRMED"
+        ABORTED = "ABORTED"
+
+    attempt_id = models.CharField(max_length=64, unique=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    episode = models.ForeignKey(RecoveryEpisode, on_delete=models.CASCADE, related_name="attempts")
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="+")
+    prepare_sequence = models.IntegerField()
+    #: The pipeline restore number this attempt is bound to (Pipeline.restore_count once done).
+    restore_number = models.IntegerField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PREPARED)
+    prepared_at = models.DateTimeField(db_default=Now())
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["episode", "pipeline", "prepare_sequence"], name="attempt_once"
+            )
+        ]
+        indexes = [models.Index(fields=["pipeline", "restore_number"])]
+
+    def __str__(self) -> str:
+        return f"attempt {self.attempt_id} ({self.state})"

@@ -17,7 +17,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from . import checkpoints
+from . import checkpoints, dirty
 from .events import append_events
 from .fencing import StaleEpoch, fenced
 from .models import (
@@ -153,6 +153,8 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
                     },
                 ),
                 *group_events,
+                # The pipeline reached DEPLOYING on its new slots: the attempt counts now.
+                *dirty.on_restore_deploying(job, pipeline, number, epoch),
             ]
         )
     log.warning("job %s pipeline %s restored (restore %s)", job.id, pipeline.index, number)

@@ -30,6 +30,17 @@ REDIS_URL = os.environ.get("REDIS_URL", DEFAULT_REDIS_URL)
 PROCESS_NAME = os.environ.get("KEEL_PROCESS_NAME", "keel")
 
 
+def _duration(name: str, text: str) -> float:
+    """Seconds from ``500ms``, ``90s``, ``10m``, ``2h`` or a bare number of seconds."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
+    if not match:
+        raise ImproperlyConfigured(f"{name}: {text!r} is not a duration (e.g. 10m, 90s, 500ms)")
+    factor = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+    return float(match.group(1)) * factor
+
+
 def _secret_key() -> str:
     key = os.environ.get("DJANGO_SECRET_KEY")
     if key:
@@ -183,6 +194,15 @@ ENGINE = {
     "heartbeat-interval": float(os.environ.get("KEEL_HEARTBEAT_INTERVAL", "1.0")),
     "heartbeat-timeout": float(os.environ.get("KEEL_HEARTBEAT_TIMEOUT", "5.0")),
     "master-lease-timeout": float(os.environ.get("KEEL_MASTER_LEASE_TIMEOUT", "3.0")),
+    # Dirty-job tracking (engine.dirty): recent episodes kept per job, and how long an episode
+    # may wait without any deployment before it is aborted as stale (a duration: 10m, 90s, 2h).
+    "dirty-task.event-history-size": int(
+        os.environ.get("KEEL_DIRTY_TASK_EVENT_HISTORY_SIZE", "10")
+    ),
+    "dirty-task.pending-incident-ttl": _duration(
+        "KEEL_DIRTY_TASK_PENDING_INCIDENT_TTL",
+        os.environ.get("KEEL_DIRTY_TASK_PENDING_INCIDENT_TTL", "10m"),
+    ),
 }
 
 LOGGING = {

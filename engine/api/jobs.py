@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from engine import dirty as dirty_tracking
 from engine.jobconfig import ConfigError
 from engine.jobs import JobStateError, cancel_job, submit_job
 from engine.models import Checkpoint, Job, TaskGroup
@@ -38,16 +39,52 @@ class JobCreatedSerializer(serializers.Serializer):
     jobStatus = serializers.ChoiceField(choices=JobStatus.choices)
 
 
+class DirtyTaskListSerializer(serializers.Serializer):
+    """The dirty-job label in job lists; a disabled job has only the first two fields."""
+
+    dirty = serializers.BooleanField()
+    evaluationStatus = serializers.ChoiceField(choices=dirty_tracking.EVALUATIONS)
+    recoveryAttemptCount = serializers.IntegerField(required=False)
+
+
+class DirtyTaskSerializer(DirtyTaskListSerializer):
+    """The dirty-job (recovery-degraded) summary of a running or finished job (engine.dirty);
+    a disabled job has only ``dirty`` and ``evaluationStatus``."""
+
+    trackingComplete = serializers.BooleanField(required=False)
+    threshold = serializers.IntegerField(required=False)
+    recoveryEpisodeCount = serializers.IntegerField(required=False)
+    memberLossIncidentCount = serializers.IntegerField(required=False)
+    activeEpisodeId = serializers.IntegerField(required=False, allow_null=True)
+    lastLeaveClassification = serializers.CharField(required=False, allow_null=True)
+    lastLostMemberUuid = serializers.UUIDField(required=False, allow_null=True)
+    lastLostAddress = serializers.CharField(required=False, allow_null=True)
+    lastCountedTime = serializers.IntegerField(
+        required=False, allow_null=True, help_text="epoch milliseconds"
+    )
+    firstDirtyTime = serializers.IntegerField(
+        required=False, allow_null=True, help_text="epoch milliseconds"
+    )
+    incompleteReason = serializers.CharField(
+        required=False, allow_null=True, help_text="why the evaluation is UNKNOWN"
+    )
+
+
 class JobSummarySerializer(serializers.ModelSerializer):
     jobId = serializers.IntegerField(source="id")
     jobName = serializers.CharField(source="name")
     jobStatus = serializers.ChoiceField(source="status", choices=JobStatus.choices)
     createTime = serializers.DateTimeField(source="created_at")
     finishTime = serializers.DateTimeField(source="finished_at", allow_null=True)
+    dirtyTask = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
-        fields = ["jobId", "jobName", "jobStatus", "createTime", "finishTime"]
+        fields = ["jobId", "jobName", "jobStatus", "createTime", "finishTime", "dirtyTask"]
+
+    @extend_schema_field(DirtyTaskListSerializer)
+    def get_dirtyTask(self, job: Job) -> dict:
+        return dirty_tracking.list_summary(job.dirty_evaluation, job.dirty_attempts)
 
 
 class MetricsSerializer(serializers.Serializer):
@@ -145,6 +182,43 @@ class JobCheckpointListView(generics.ListAPIView):
         return Checkpoint.objects.filter(job=job).select_related("pipeline").order_by("-id")[:100]
 
 
+class EpisodeIncidentSerializer(serializers.Serializer):
+    lostMemberUuid = serializers.UUIDField()
+    lostAddress = serializers.CharField()
+    classification = serializers.CharField()
+    at = serializers.DateTimeField()
+
+
+class EpisodeAttemptSerializer(serializers.Serializer):
+    attemptId = serializers.CharField(help_text="<episodeId>-<pipelineId>-<prepareSequence>")
+    pipelineId = serializers.IntegerField()
+    prepareSequence = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=["PREPARED", "CONFIRMED", "ABORTED"])
+    at = serializers.DateTimeField()
+
+
+class EpisodeSerializer(serializers.Serializer):
+    episodeId = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=["ACTIVE", "COMPLETED", "ABORTED"])
+    startedAt = serializers.DateTimeField()
+    endedAt = serializers.DateTimeField(allow_null=True)
+    generation = serializers.IntegerField()
+    classification = serializers.CharField()
+    endReason = serializers.CharField(allow_null=True)
+    incidents = EpisodeIncidentSerializer(many=True)
+    attempts = EpisodeAttemptSerializer(many=True)
+
+
+class JobEpisodeListView(APIView):
+    """The job's recent recovery episodes (at most engine.dirty-task.event-history-size),
+    newest first; the same for running and finished jobs."""
+
+    @extend_schema(responses={200: EpisodeSerializer(many=True)}, operation_id="jobs_episodes")
+    def get(self, request: Request, job_id: int) -> Response:
+        job = get_object_or_404(Job, id=job_id)
+        return Response(dirty_tracking.job_episodes(job))
+
+
 class JobDetailSerializer(JobSummarySerializer):
     errorMsg = serializers.CharField(source="error_msg")
     envOptions = serializers.JSONField(source="env")
@@ -163,6 +237,10 @@ class JobDetailSerializer(JobSummarySerializer):
             "metrics",
             "checkpoints",
         ]
+
+    @extend_schema_field(DirtyTaskSerializer)
+    def get_dirtyTask(self, job: Job) -> dict:
+        return dirty_tracking.job_summary(job)
 
     @extend_schema_field(CheckpointSummarySerializer)
     def get_checkpoints(self, job: Job) -> dict:
@@ -194,10 +272,17 @@ class JobDetailSerializer(JobSummarySerializer):
 
 class JobFilter(django_filters.FilterSet):
     jobStatus = django_filters.ChoiceFilter(field_name="status", choices=JobStatus.choices)
+    dirty = django_filters.BooleanFilter(method="filter_dirty", label="dirty")
+    evaluationStatus = django_filters.ChoiceFilter(
+        field_name="dirty_evaluation", choices=[(e, e) for e in dirty_tracking.EVALUATIONS]
+    )
 
     class Meta:
         model = Job
-        fields = ["jobStatus"]
+        fields = ["jobStatus", "dirty", "evaluationStatus"]
+
+    def filter_dirty(self, queryset, name, value):
+        return queryset if value is None else queryset.filter(dirty_tracking.dirty_filter(value))
 
 
 class JobPagination(PageNumberPagination):
@@ -207,12 +292,15 @@ class JobPagination(PageNumberPagination):
 
 
 class JobListView(generics.ListAPIView):
-    """Jobs, newest first; ``?jobStatus=`` filters. POST submits a job."""
+    """Jobs, newest first; ``?jobStatus=``, ``?dirty=`` and ``?evaluationStatus=`` filter.
+    POST submits a job."""
 
     serializer_class = JobSummarySerializer
     filterset_class = JobFilter
     pagination_class = JobPagination
-    queryset = Job.objects.order_by("-id")
+
+    def get_queryset(self):
+        return dirty_tracking.annotate(Job.objects.order_by("-id"))
 
     @extend_schema(
         request=JobSubmitSerializer,

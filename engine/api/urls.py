@@ -15,6 +15,7 @@ urlpatterns = [
         jobs.JobCheckpointListView.as_view(),
         name="api-job-checkpoints",
     ),
+    path("jobs/<int:job_id>/episodes", jobs.JobEpisodeListView.as_view(), name="api-job-episodes"),
     path("jobs/<int:job_id>/cancel", jobs.JobCancelView.as_view(), name="api-job-cancel"),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
 ]
