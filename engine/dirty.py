@@ -18,11 +18,14 @@ Vocabulary (the seed's):
 
 Exactness: every change to a job's state takes its row lock, inside the transaction of the state
 change it follows (so they commit or vanish together), and appends its EngineEvent there. The
-global member-event sequence is bumped before the jobs are scanned; each job's watermark moves
-only from ``sequence - 1`` to ``sequence`` after the job handled the event, in one statement for
-all jobs. A job that missed an event (its update failed) stays behind for ever: UNKNOWN, never
-CLEAN. Tracker failures are caught in savepoints, logged and recorded as ``dirty.tracker-failed``
-events: they never block the member removal, the restore or the job's end.
+global member-event sequence is bumped before the jobs are scanned. After the event is handled,
+every job's watermark advances in one statement: the jobs share one watermark,
+``ClusterState.dirty_handled_sequence`` (moved only from ``sequence - 1`` to ``sequence``), and a
+job that could not handle an event gets a DirtyTrackingGap row, which freezes its own watermark
+just before that event for ever. So a member event costs O(affected jobs), not O(jobs), and a
+lagging or missing watermark reads UNKNOWN, never CLEAN. Tracker failures are caught in
+savepoints, logged and recorded as ``dirty.tracker-failed`` events: they never block the member
+removal, the restore or the job's end.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, CharField, IntegerField, Q, Subquery, Value, When
+from django.db.models import Case, CharField, Exists, F, IntegerField, Q, Value, When
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, Now
 from django.utils import timezone
@@ -42,6 +45,7 @@ from django.utils import timezone
 from .models import (
     ClusterState,
     DirtyJobState,
+    DirtyTrackingGap,
     EngineEvent,
     Job,
     Member,
@@ -107,82 +111,171 @@ def _failed(job_ids: Iterable[int], epoch: int | None, where: str, exc: BaseExce
 def init_state(job: Job) -> None:
     """Create the state of an enabled job, in its submit transaction (before it is schedulable).
 
-    The watermark starts at the current member-event sequence, read under a share lock: a member
-    event being handled right now either committed before (we start after it) or waits for our
-    commit and then sees this row.
-    """
+    A job that is not committed yet has no task group anywhere, so no member event being handled
+    meanwhile can concern it: it starts at the shared watermark."""
     if job.dirty_threshold <= 0:
         return
-    with connection.cursor() as cur:
-        cur.execute("SELECT member_event_sequence FROM engine_clusterstate WHERE id = 1 FOR SHARE")
-        row = cur.fetchone()
-    DirtyJobState.objects.create(
-        job=job,
-        threshold=job.dirty_threshold,
-        processed_member_event_sequence=row[0] if row else 0,
-    )
+    DirtyJobState.objects.create(job=job, threshold=job.dirty_threshold)
 
 
 # -- member loss -----------------------------------------------------------------------------
 
-_AFFECTED_SQL = """
-    SELECT s.job_id, s.active_episode_id
+_NOT_AFFECTED = [*sorted(EXECUTION_TERMINAL), ES.CREATED]
+
+#: Lock the state rows of the enabled jobs with live task groups on the lost member, in job
+#: order (the lock order of every tracker change).
+_LOCK_AFFECTED = """
+    SELECT s.job_id
       FROM engine_dirtyjobstate s
-     WHERE s.job_id IN (SELECT DISTINCT t.job_id FROM engine_taskgroup t
-                         WHERE t.member_id = %s AND t.status <> ALL(%s))
+     WHERE s.job_id IN (SELECT t.job_id FROM engine_taskgroup t
+                         WHERE t.member_id = %(member)s AND t.status <> ALL(%(not_affected)s))
        {only}
      ORDER BY s.job_id
        FOR UPDATE OF s
 """
 
+#: With the rows locked (a fresh snapshot sees their latest values): register the incidents not
+#: registered yet, open an episode where none is active, and count. One statement whatever the
+#: number of jobs.
+_MERGE = """
+WITH locked AS (
+    SELECT s.job_id, s.active_episode_id
+      FROM engine_dirtyjobstate s
+     WHERE s.job_id = ANY(%(jobs)s::bigint[])
+       AND NOT EXISTS (SELECT 1 FROM engine_memberlossincident i
+                        WHERE i.job_id = s.job_id AND i.lost_member_uuid = %(uuid)s::uuid)
+), opened AS (
+    INSERT INTO engine_recoveryepisode
+           (job_id, status, classification, generation, started_at, last_activity_at, end_reason)
+    SELECT job_id, 'ACTIVE', %(classification)s::text, 0, now(), now(), ''
+      FROM locked WHERE active_episode_id IS NULL
+    RETURNING id, job_id
+), bound AS (
+    SELECT l.job_id, COALESCE(l.active_episode_id, o.id) AS episode_id,
+           l.active_episode_id IS NULL AS opened
+      FROM locked l LEFT JOIN opened o ON o.job_id = l.job_id
+), incidents AS (
+    INSERT INTO engine_memberlossincident
+           (job_id, episode_id, lost_member_uuid, lost_address, classification,
+            member_event_sequence, at)
+    SELECT job_id, episode_id, %(uuid)s::uuid, %(address)s::text, %(classification)s::text,
+           %(sequence)s::bigint, now()
+      FROM bound
+), continued AS (
+    -- An UNCLASSIFIED incident makes its whole episode count (seed: only an episode of
+    -- PLANNED_VERIFIED incidents alone may be excluded).
+    UPDATE engine_recoveryepisode e
+       SET last_activity_at = now(),
+           classification = CASE WHEN %(classification)s::text = 'UNCLASSIFIED' THEN 'UNCLASSIFIED'
+                                 ELSE e.classification END
+      FROM bound b
+     WHERE e.id = b.episode_id AND NOT b.opened
+), counted AS (
+    UPDATE engine_dirtyjobstate s
+       SET member_loss_incident_count = s.member_loss_incident_count + 1,
+           recovery_episode_count = s.recovery_episode_count + b.opened::int,
+           active_episode_id = b.episode_id,
+           last_leave_classification = %(classification)s::text,
+           last_lost_member_uuid = %(uuid)s::uuid,
+           last_lost_address = %(address)s::text,
+           updated_at = now()
+      FROM bound b
+     WHERE s.job_id = b.job_id
+)
+SELECT job_id, episode_id, opened FROM bound ORDER BY job_id
+"""
 
-def on_member_lost(member: Member, sequence: int, epoch: int | None) -> list[EngineEvent]:
-    """Handle member event ``sequence`` (``member`` was REMOVED or LEFT) for every enabled job.
+#: The ``dirty.incident`` events of one member loss, in one statement (the caller holds the
+#: event-append lock: engine.events).
+_INCIDENT_EVENTS = """
+INSERT INTO engine_engineevent (at, kind, job_id, member_id, epoch, payload)
+SELECT now(), 'dirty.incident', v.job_id, NULL, %(epoch)s,
+       jsonb_build_object('lostMemberUuid', %(uuid)s::text, 'lostAddress', %(address)s::text,
+                          'classification', %(classification)s::text,
+                          'episodeId', v.episode_id, 'episodeStarted', v.opened,
+                          'memberEventSequence', %(sequence)s::bigint)
+  FROM unnest(%(jobs)s::bigint[], %(episodes)s::bigint[], %(opened)s::boolean[])
+       AS v(job_id, episode_id, opened)
+ ORDER BY v.job_id
+"""
 
-    Runs inside the transaction that ended the membership and bumped the sequence, before the
-    master fails the member's task groups. A constant number of statements whatever the number
-    of jobs; if the batch fails, each affected job is retried alone, so one bad job only makes
-    itself UNKNOWN. Never raises.
+
+def _incident_payload(member: Member, classification: str, episode_id, opened, sequence):
+    return {
+        "lostMemberUuid": str(member.uuid),
+        "lostAddress": member.address,
+        "classification": classification,
+        "episodeId": episode_id,
+        "episodeStarted": opened,
+        "memberEventSequence": sequence,
+    }
+
+
+def on_member_lost(member: Member, sequence: int, epoch: int | None) -> int:
+    """Handle member event ``sequence`` (``member`` was REMOVED or LEFT) for every enabled job;
+    returns how many jobs got a new incident.
+
+    Runs inside the transaction that ended the membership and bumped the sequence (after its
+    ``member.*`` event was appended, so this transaction holds the event-append lock), before
+    the master fails the member's task groups. A constant number of statements whatever the
+    number of jobs; if the batch fails, each affected job is retried alone, so one bad job only
+    makes itself UNKNOWN (a gap freezes its watermark). Never raises.
     """
     classification = classify_leave(member)
     try:
         with transaction.atomic():
-            return _register_losses(member, sequence, epoch, classification, None)
+            registered = _register_losses(member, sequence, epoch, classification, None)
+            _advance_watermark(sequence)
+            return registered
     except Exception as exc:  # the batch failed: isolate the job(s) that cannot be tracked
         log.warning("batched member-loss tracking failed, retrying job by job: %s", exc)
-    events: list[EngineEvent] = []
-    failed: list[int] = []
     try:
         with connection.cursor() as cur:
             cur.execute(
-                "SELECT DISTINCT t.job_id FROM engine_taskgroup t JOIN engine_dirtyjobstate s"
-                " ON s.job_id = t.job_id WHERE t.member_id = %s AND t.status <> ALL(%s)"
-                " ORDER BY 1",
-                [member.id, _NOT_AFFECTED],
+                _LOCK_AFFECTED.format(only="").replace("FOR UPDATE OF s", ""),
+                {"member": member.id, "not_affected": _NOT_AFFECTED},
             )
             affected = [r[0] for r in cur.fetchall()]
     except Exception as exc:
-        return _failed([], epoch, "member-loss scan", exc)
+        _insert_events(_failed([], epoch, "member-loss scan", exc))
+        return 0  # the shared watermark stays behind: every enabled job reads UNKNOWN
+    registered = 0
     for job_id in affected:
         try:
             with transaction.atomic():
-                events += _register_losses(member, sequence, epoch, classification, [job_id])
+                registered += _register_losses(member, sequence, epoch, classification, [job_id])
         except Exception as exc:
-            failed.append(job_id)
-            events += _failed([job_id], epoch, "member-loss incident", exc)
+            events = _failed([job_id], epoch, "member-loss incident", exc)
+            try:
+                with transaction.atomic():
+                    DirtyTrackingGap.objects.get_or_create(
+                        job_id=job_id,
+                        defaults={"member_event_sequence": sequence, "reason": str(exc)[:1000]},
+                    )
+            except Exception as gap_exc:
+                _insert_events([*events, *_failed([], epoch, "tracking gap", gap_exc)])
+                return registered  # cannot record the gap: the shared watermark stays behind
+            _insert_events(events)
     try:
-        with transaction.atomic(), connection.cursor() as cur:
-            cur.execute(
-                "UPDATE engine_dirtyjobstate SET processed_member_event_sequence = %s"
-                " WHERE processed_member_event_sequence = %s AND job_id <> ALL(%s)",
-                [sequence, sequence - 1, failed + affected],
-            )
+        with transaction.atomic():
+            _advance_watermark(sequence)
     except Exception as exc:
-        events += _failed([], epoch, "member-event watermark", exc)
-    return events
+        _insert_events(_failed([], epoch, "member-event watermark", exc))
+    return registered
 
 
-_NOT_AFFECTED = [*sorted(EXECUTION_TERMINAL), ES.CREATED]
+def _advance_watermark(sequence: int) -> None:
+    """Every job that has no gap has handled member event ``sequence``."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE engine_clusterstate SET dirty_handled_sequence = %s"
+            " WHERE id = 1 AND dirty_handled_sequence = %s",
+            [sequence, sequence - 1],
+        )
+
+
+def _insert_events(events: list[EngineEvent]) -> None:
+    EngineEvent.objects.bulk_create(events)
 
 
 def _register_losses(
@@ -191,128 +284,60 @@ def _register_losses(
     epoch: int | None,
     classification: str,
     only: list[int] | None,
-) -> list[EngineEvent]:
-    """Register ``member``'s loss for the affected enabled jobs (all, or ``only``) and, for all
-    jobs at once (only when ``only`` is None), advance the watermark."""
+) -> int:
+    """Register ``member``'s loss for the affected enabled jobs (all, or ``only``) with their
+    ``dirty.incident`` events; returns how many jobs got a new incident."""
+    params = {
+        "member": member.id,
+        "not_affected": _NOT_AFFECTED,
+        "uuid": member.uuid,
+        "address": member.address,
+        "classification": classification,
+        "sequence": sequence,
+        "epoch": epoch,
+        "only": only or [],
+    }
     with connection.cursor() as cur:
-        cur.execute(
-            _AFFECTED_SQL.format(only="AND s.job_id = ANY(%s)" if only is not None else ""),
-            [member.id, _NOT_AFFECTED] + ([only] if only is not None else []),
-        )
-        locked = dict(cur.fetchall())
-        events: list[EngineEvent] = []
-        if locked:
-            events = _merge_incidents(cur, member, sequence, epoch, classification, locked)
-        if only is None:
+        only_sql = "" if only is None else "AND s.job_id = ANY(%(only)s)"
+        cur.execute(_LOCK_AFFECTED.format(only=only_sql), params)
+        jobs = [r[0] for r in cur.fetchall()]
+        if not jobs:
+            return 0
+        cur.execute(_MERGE, {**params, "jobs": jobs})
+        bound = cur.fetchall()
+        if bound:
             cur.execute(
-                "UPDATE engine_dirtyjobstate SET processed_member_event_sequence = %s"
-                " WHERE processed_member_event_sequence = %s",
-                [sequence, sequence - 1],
+                _INCIDENT_EVENTS,
+                {
+                    **params,
+                    "jobs": [b[0] for b in bound],
+                    "episodes": [b[1] for b in bound],
+                    "opened": [b[2] for b in bound],
+                },
             )
-        else:
-            cur.execute(
-                "UPDATE engine_dirtyjobstate SET processed_member_event_sequence = %s"
-                " WHERE processed_member_event_sequence = %s AND job_id = ANY(%s)",
-                [sequence, sequence - 1, only],
-            )
-    return events
+    return len(bound)
 
 
 def _merge_incidents(
-    cur,
-    member: Member,
-    sequence: int | None,
-    epoch: int | None,
-    classification: str,
-    locked: dict[int, int | None],
+    member: Member, epoch: int | None, classification: str, job_id: int
 ) -> list[EngineEvent]:
-    """Insert the incidents (duplicates are no-ops), open episodes where none is active, bind,
-    and count, for the locked states ``{job id: active episode id}``; set-based."""
-    job_ids = sorted(locked)
-    cur.execute(
-        """
-        INSERT INTO engine_memberlossincident
-               (job_id, lost_member_uuid, lost_address, classification, member_event_sequence, at)
-        SELECT j, %s, %s, %s, %s, now() FROM unnest(%s::bigint[]) AS j
-        ON CONFLICT (job_id, lost_member_uuid) DO NOTHING
-        RETURNING id, job_id
-        """,
-        [member.uuid, member.address, classification, sequence, job_ids],
-    )
-    new = {job_id: incident_id for incident_id, job_id in cur.fetchall()}
-    if not new:
-        return []  # a duplicate delivery: every incident exists already
-    opening = sorted(j for j in new if locked[j] is None)
-    episodes = {j: locked[j] for j in new if locked[j] is not None}
-    if opening:
+    """Restore preparation's merge of a loss not registered yet (state row locked by the
+    caller): the same statement, without touching the watermark; events returned."""
+    with connection.cursor() as cur:
         cur.execute(
-            """
-            INSERT INTO engine_recoveryepisode
-                   (job_id, status, classification, generation, started_at, last_activity_at,
-                    end_reason)
-            SELECT j, 'ACTIVE', %s, 0, now(), now(), '' FROM unnest(%s::bigint[]) AS j
-            RETURNING id, job_id
-            """,
-            [classification, opening],
+            _MERGE,
+            {
+                "jobs": [job_id],
+                "uuid": member.uuid,
+                "address": member.address,
+                "classification": classification,
+                "sequence": None,
+            },
         )
-        episodes.update({job_id: episode_id for episode_id, job_id in cur.fetchall()})
-    continuing = [locked[j] for j in new if locked[j] is not None]
-    if continuing:
-        # An UNCLASSIFIED incident makes its whole episode count (seed: only an episode of
-        # PLANNED_VERIFIED incidents alone may be excluded).
-        cur.execute(
-            """
-            UPDATE engine_recoveryepisode
-               SET last_activity_at = now(),
-                   classification = CASE WHEN %s = 'UNCLASSIFIED' THEN 'UNCLASSIFIED'
-                                         ELSE classification END
-             WHERE id = ANY(%s)
-            """,
-            [classification, continuing],
-        )
-    jobs = sorted(new)
-    cur.execute(
-        """
-        UPDATE engine_memberlossincident i SET episode_id = v.episode
-          FROM unnest(%s::bigint[], %s::bigint[]) AS v(id, episode) WHERE i.id = v.id
-        """,
-        [[new[j] for j in jobs], [episodes[j] for j in jobs]],
-    )
-    cur.execute(
-        """
-        UPDATE engine_dirtyjobstate s
-           SET member_loss_incident_count = s.member_loss_incident_count + 1,
-               recovery_episode_count = s.recovery_episode_count + v.opened,
-               active_episode_id = v.episode,
-               last_leave_classification = %s,
-               last_lost_member_uuid = %s,
-               last_lost_address = %s,
-               updated_at = now()
-          FROM unnest(%s::bigint[], %s::bigint[], %s::int[]) AS v(job_id, episode, opened)
-         WHERE s.job_id = v.job_id
-        """,
-        [
-            classification,
-            member.uuid,
-            member.address,
-            jobs,
-            [episodes[j] for j in jobs],
-            [1 if locked[j] is None else 0 for j in jobs],
-        ],
-    )
+        bound = cur.fetchall()
     return [
-        _event(
-            "incident",
-            j,
-            epoch,
-            lostMemberUuid=str(member.uuid),
-            lostAddress=member.address,
-            classification=classification,
-            episodeId=episodes[j],
-            episodeStarted=locked[j] is None,
-            memberEventSequence=sequence,
-        )
-        for j in jobs
+        _event("incident", j, epoch, **_incident_payload(member, classification, ep, op, None))
+        for j, ep, op in bound
     ]
 
 
@@ -363,12 +388,9 @@ def _prepare(job, pipeline, restore_number, lost_member_ids, epoch) -> list[Engi
     events: list[EngineEvent] = []
     if Attempt.objects.filter(pipeline=pipeline, restore_number=restore_number).exists():
         return []  # this restore was prepared before: a duplicate
-    with connection.cursor() as cur:
-        for member in Member.objects.filter(id__in=lost_member_ids).order_by("id"):
-            events += _merge_incidents(
-                cur, member, None, epoch, classify_leave(member), {job.id: state.active_episode_id}
-            )
-            state.refresh_from_db()
+    for member in Member.objects.filter(id__in=lost_member_ids).order_by("id"):
+        events += _merge_incidents(member, epoch, classify_leave(member), job.id)
+    state.refresh_from_db()
     if state.active_episode_id is None:
         # Member loss restored a pipeline, but every loss involved was already part of an
         # ended episode: bind to a new one so the attempt is not lost, and say we are unsure.
@@ -695,7 +717,7 @@ def on_job_terminal(job: Job, epoch: int | None = None) -> list[EngineEvent]:
                         f"job {job.status}",
                         epoch,
                     )
-                snapshot = summary(job, state, global_sequence())
+                snapshot = summary(job, state, Sequences.read(job.id))
                 episodes = episode_list(job.id)
         except Exception as exc:
             events += _failed([job.id], epoch, "history snapshot", exc)
@@ -708,6 +730,7 @@ def on_job_terminal(job: Job, epoch: int | None = None) -> list[EngineEvent]:
         Episode.objects.filter(job=job).delete()
         MemberLossIncident.objects.filter(job=job).delete()
         DirtyJobState.objects.filter(job=job).delete()
+        DirtyTrackingGap.objects.filter(job=job).delete()
         events.append(_event("snapshot", job.id, epoch, **_short(snapshot)))
     return events
 
@@ -720,20 +743,44 @@ def _short(snapshot: dict | None) -> dict:
 # -- reading ---------------------------------------------------------------------------------
 
 
-def global_sequence() -> int:
-    return (
-        ClusterState.objects.filter(id=1).values_list("member_event_sequence", flat=True).first()
-        or 0
-    )
+@dataclass(frozen=True)
+class Sequences:
+    """What a job's watermark is compared with: the global member-event sequence, the shared
+    watermark, and the job's own gap (the first member event it could not handle), if any."""
+
+    member_event: int
+    handled: int
+    gap: int | None = None
+
+    @classmethod
+    def read(cls, job_id: int) -> Sequences:
+        row = ClusterState.objects.filter(id=1).values_list(
+            "member_event_sequence", "dirty_handled_sequence"
+        ).first() or (0, 0)
+        gap = (
+            DirtyTrackingGap.objects.filter(job_id=job_id)
+            .values_list("member_event_sequence", flat=True)
+            .first()
+        )
+        return cls(row[0], row[1], gap)
+
+    @property
+    def watermark(self) -> int:
+        """The last member event the job handled."""
+        return self.handled if self.gap is None else min(self.handled, self.gap - 1)
+
+    @property
+    def lagging(self) -> bool:
+        return self.watermark < self.member_event
 
 
-def evaluate(state: DirtyJobState | None, sequence: int) -> str:
+def evaluate(state: DirtyJobState | None, sequences: Sequences) -> str:
     """CLEAN only when tracking is complete and up to date; DIRTY is irreversible."""
     if state is None or state.schema_version > SCHEMA_VERSION:
         return UNKNOWN
     if state.dirty:
         return DIRTY
-    if not state.tracking_complete or state.processed_member_event_sequence < sequence:
+    if not state.tracking_complete or sequences.lagging:
         return UNKNOWN
     return CLEAN
 
@@ -764,18 +811,18 @@ def missing_summary(job: Job, reason: str) -> dict:
     }
 
 
-def summary(job: Job, state: DirtyJobState | None, sequence: int) -> dict:
+def summary(job: Job, state: DirtyJobState | None, sequences: Sequences) -> dict:
     """The ``dirtyTask`` object of a running job (and, frozen, of a finished one)."""
     if job.dirty_threshold <= 0:
         return dict(DISABLED_SUMMARY)
     if state is None:
         return missing_summary(job, "no dirty-job state exists for this job")
-    evaluation = evaluate(state, sequence)
-    lagging = state.processed_member_event_sequence < sequence
+    evaluation = evaluate(state, sequences)
+    lagging = sequences.lagging
     reason = state.incomplete_reason
     if lagging:
         reason = (
-            f"member event {state.processed_member_event_sequence + 1} of {sequence} was not "
+            f"member event {sequences.watermark + 1} of {sequences.member_event} was not "
             "handled for this job"
         )
     if state.schema_version > SCHEMA_VERSION:
@@ -814,7 +861,7 @@ def job_summary(job: Job) -> dict:
     if job.dirty_threshold <= 0:
         return dict(DISABLED_SUMMARY)
     state = DirtyJobState.objects.filter(job_id=job.id).first()
-    return summary(job, state, global_sequence())
+    return summary(job, state, Sequences.read(job.id))
 
 
 def episode_list(job_id: int) -> list[dict]:
@@ -874,7 +921,9 @@ def job_episodes(job: Job) -> list[dict]:
 def annotate(queryset):
     """Annotate jobs with ``dirty_evaluation`` and ``dirty_attempts`` in SQL, by the rules of
     ``evaluate`` (for lists and the ``?dirty=`` / ``?evaluationStatus=`` filters)."""
-    sequence = Subquery(ClusterState.objects.filter(id=1).values("member_event_sequence")[:1])
+    behind = Exists(
+        ClusterState.objects.filter(id=1, dirty_handled_sequence__lt=F("member_event_sequence"))
+    )
     history_status = KeyTextTransform("evaluationStatus", "history__dirty_task")
     return queryset.annotate(
         dirty_evaluation=Case(
@@ -884,7 +933,8 @@ def annotate(queryset):
             When(dirty_state__schema_version__gt=SCHEMA_VERSION, then=Value(UNKNOWN)),
             When(dirty_state__dirty=True, then=Value(DIRTY)),
             When(dirty_state__tracking_complete=False, then=Value(UNKNOWN)),
-            When(dirty_state__processed_member_event_sequence__lt=sequence, then=Value(UNKNOWN)),
+            When(dirty_gap__isnull=False, then=Value(UNKNOWN)),
+            When(behind, then=Value(UNKNOWN)),
             default=Value(CLEAN),
             output_field=CharField(),
         ),

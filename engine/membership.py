@@ -20,15 +20,13 @@ from dataclasses import dataclass
 
 import psycopg
 from django.db import connection, transaction
-from django.db.models import F
-from django.db.models.functions import Now
 
 from . import dirty
 from .dbsession import connect_dedicated, django_application_name
 from .events import append_events
 from .fencing import fenced
 from .locks import EVENT_APPEND, MEMBER_NAMESPACE, member_lock_key
-from .models import ClusterState, EngineEvent, Member
+from .models import EngineEvent, Member
 from .protocol import PROTOCOL_VERSION
 from .states import MEMBER_TRANSITIONS, MemberState, SlotMode, check_transition
 
@@ -147,35 +145,45 @@ def register_member(
     return MemberSession(id=member_id, uuid=member_uuid, name=name, conn=conn)
 
 
-def _bump_member_event_sequence() -> int:
-    ClusterState.objects.filter(id=1).update(member_event_sequence=F("member_event_sequence") + 1)
-    return ClusterState.objects.values_list("member_event_sequence", flat=True).get(id=1)
-
-
 def _end_membership(
     member_id: int, state: str, kind: str, reason: str, epoch: int | None = None
 ) -> Member | None:
     """ALIVE -> ``state`` with the sequence bump and the event, inside the caller's transaction.
 
-    Returns the member if this call ended it, None if it was already ended (a no-op).
+    Returns the member if this call ended it, None if it was already ended (a no-op). The
+    dirty-job incidents of the loss are registered here too (engine.dirty), so they exist
+    before the master fails the member's task groups, and the sequence is bumped first.
     """
     check_transition(MEMBER_TRANSITIONS, MemberState.ALIVE, state)
-    changed = Member.objects.filter(id=member_id, state=MemberState.ALIVE).update(
-        state=state, ended_at=Now(), end_reason=reason
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            UPDATE engine_member SET state = %s, ended_at = now(), end_reason = %s
+             WHERE id = %s AND state = %s
+            RETURNING uuid, name, address, pid
+            """,
+            [state, reason, member_id, MemberState.ALIVE],
+        )
+        row = cur.fetchone()
+        if row is None:
+            return None
+        cur.execute(
+            "UPDATE engine_clusterstate SET member_event_sequence = member_event_sequence + 1"
+            " WHERE id = 1 RETURNING member_event_sequence"
+        )
+        seq = cur.fetchone()[0]
+    member = Member(id=member_id, uuid=row[0], name=row[1], address=row[2], pid=row[3], state=state)
+    append_events(
+        [
+            EngineEvent(
+                kind=kind,
+                member=member,
+                epoch=epoch,
+                payload=_member_payload(member, reason=reason, member_event_sequence=seq),
+            )
+        ]
     )
-    if changed != 1:
-        return None
-    seq = _bump_member_event_sequence()
-    member = Member.objects.get(id=member_id)
-    event = EngineEvent(
-        kind=kind,
-        member=member,
-        epoch=epoch,
-        payload=_member_payload(member, reason=reason, member_event_sequence=seq),
-    )
-    # Dirty-job incidents are registered here, in the transaction that ends the membership,
-    # so they exist before the master fails the member's task groups (engine.dirty).
-    append_events([event, *dirty.on_member_lost(member, seq, epoch)])
+    dirty.on_member_lost(member, seq, epoch)
     return member
 
 

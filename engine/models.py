@@ -63,6 +63,9 @@ class ClusterState(models.Model):
     id = models.SmallIntegerField(primary_key=True, default=1)
     #: Global member-event sequence: +1 in the transaction that marks a member REMOVED or LEFT.
     member_event_sequence = models.BigIntegerField(default=0)
+    #: The member events every dirty-tracking job has handled, except those recorded in
+    #: DirtyTrackingGap: the jobs' shared watermark (engine.dirty). Behind the sequence: UNKNOWN.
+    dirty_handled_sequence = models.BigIntegerField(default=0)
 
     def __str__(self) -> str:
         return f"member-event sequence {self.member_event_sequence}"
@@ -379,12 +382,28 @@ class DirtyJobState(models.Model):
     last_lost_address = models.CharField(max_length=255, blank=True, default="")
     last_counted_at = models.DateTimeField(null=True, blank=True)
     first_dirty_at = models.DateTimeField(null=True, blank=True)
-    #: The last global member-event sequence this job has handled (ClusterState).
-    processed_member_event_sequence = models.BigIntegerField()
     updated_at = models.DateTimeField(db_default=Now())
 
     def __str__(self) -> str:
         return f"dirty state of job {self.job_id}"
+
+
+class DirtyTrackingGap(models.Model):
+    """A member event an enabled job could not handle (its tracker update failed): the job's
+    watermark stays just before it for ever, so the job evaluates UNKNOWN, never CLEAN.
+
+    A separate table, so recording the gap does not depend on the row that could not be written.
+    """
+
+    job = models.OneToOneField(
+        Job, primary_key=True, on_delete=models.CASCADE, related_name="dirty_gap"
+    )
+    member_event_sequence = models.BigIntegerField()
+    reason = models.TextField(blank=True, default="")
+    at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} missed member event {self.member_event_sequence}"
 
 
 class RecoveryEpisode(models.Model):
@@ -409,7 +428,8 @@ class RecoveryEpisode(models.Model):
 
     class Meta:
         ordering = ["-id"]
-        indexes = [models.Index(fields=["status", "last_activity_at"])]
+        # Not on last_activity_at: every loss and attempt touches it (kept a HOT update).
+        indexes = [models.Index(fields=["status"])]
 
     def __str__(self) -> str:
         return f"episode {self.id} of job {self.job_id} ({self.status})"

@@ -99,10 +99,14 @@ def slots() -> list[dict]:
 
 
 def recent_jobs(limit: int = 20) -> QuerySet[Job]:
-    """The newest jobs with their row counts (for the dashboard)."""
-    return Job.objects.annotate(
-        rows_read=Sum("task_groups__source_received"),
-        rows_written=Sum("task_groups__sink_written"),
+    """The newest jobs with their row counts and dirty-job label (for the dashboard)."""
+    from . import dirty
+
+    return dirty.annotate(
+        Job.objects.annotate(
+            rows_read=Sum("task_groups__source_received"),
+            rows_written=Sum("task_groups__sink_written"),
+        )
     ).order_by("-id")[:limit]
 
 

@@ -86,5 +86,29 @@ def test_operator_logs_in_and_watches_a_worker_die(healthy, browser):
         what="the dashboard to show the job FINISHED",
     )
     assert "321" in job_row.inner_text()
+    # The recovery (dirty-job) badge: DISABLED without the option, CLEAN with it.
+    assert "DISABLED" in job_row.inner_text()
+    body = json.dumps(
+        {
+            "config": "env { job.name = tracked-job, job.dirty-task.threshold = 2 }\n"
+            "source { FakeSource { row.num = 10 } }\nsink { Blackhole {} }"
+        }
+    )
+    request = urllib.request.Request(
+        f"{base}/api/v1/jobs",
+        data=body.encode(),
+        method="POST",
+        headers={"Authorization": f"Token {healthy.token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        assert resp.status == 201
+    tracked = page.locator("table.jobs tr", has_text="tracked-job")
+    wait_for(
+        lambda: tracked.count() == 1 and "FINISHED" in tracked.inner_text(),
+        30,
+        interval=0.2,
+        what="the tracked job to finish",
+    )
+    assert "CLEAN" in tracked.locator(".badge.dirty-clean").inner_text()
     page.screenshot(path=str(healthy.var_dir / "dashboard.png"))
     page.close()
