@@ -5,15 +5,17 @@ same run (goal: a removal with 1,000 jobs within 30 commits' worth).
 The removal is the active master's real call, in this process on real PostgreSQL (no engine
 processes): the conditional ALIVE -> REMOVED update, the member-event sequence bump, the
 dirty-job tracker (``engine.dirty.on_member_lost``: incidents, episodes, their events and the
-watermark every enabled job shares) and the events, in one fenced transaction, then the end
-of the member's sessions. Setup is not timed: one job is submitted with
-``engine.jobs.submit_job`` and cloned with set-based SQL; jobs, pipelines and task groups are then RUNNING. Each job's task groups run
-on one of 10 registered members, so losing a member affects about a tenth of the jobs (a fresh
+watermark every enabled job shares) and the events, in one fenced transaction, then the end of
+the member's sessions.
+
+Setup is not timed: one job is submitted with ``engine.jobs.submit_job`` and cloned with
+set-based SQL; jobs, pipelines and task groups are then RUNNING. Each job's task groups run on
+one of 10 registered members, so losing a member affects about a tenth of the jobs (a fresh
 member takes the lost member's task groups before the next removal); the worst case then loses
 a member that hosts one task group of every job (most jobs have an active recovery episode by
-then, which the loss continues). A commit is ``INSERT one row; COMMIT`` on a
-connection of its own. After every removal the bench checks that every enabled job handled the
-member event and that one ``dirty.incident`` event was appended per affected job.
+then, which the loss continues). A commit is ``INSERT one row; COMMIT`` on a connection of its
+own. After every removal the bench checks that every enabled job handled the member event and
+that one ``dirty.incident`` event was appended per affected job.
 """
 
 from __future__ import annotations
