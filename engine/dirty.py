@@ -185,8 +185,8 @@ WITH locked AS (
 SELECT job_id, episode_id, opened FROM bound ORDER BY job_id
 """
 
-#: The ``dirty.incident`` events of one member loss, in one statement (the caller holds the
-#: event-append lock: engine.events).
+#: The ``dirty.incident`` events of one member loss, in one statement (MemberLossEvents.append,
+#: under the event-append lock: engine.events).
 _INCIDENT_EVENTS = """
 INSERT INTO engine_engineevent (at, kind, job_id, member_id, epoch, payload)
 SELECT now(), 'dirty.incident', v.job_id, NULL, %(epoch)s,
@@ -211,24 +211,63 @@ def _incident_payload(member: Member, classification: str, episode_id, opened, s
     }
 
 
-def on_member_lost(member: Member, sequence: int, epoch: int | None) -> int:
-    """Handle member event ``sequence`` (``member`` was REMOVED or LEFT) for every enabled job;
-    returns how many jobs got a new incident.
+@dataclass
+class MemberLossEvents:
+    """The ``dirty.*`` events of one member event, appended by the caller once it holds the
+    event-append lock (after its own ``member.*`` event): the lock is taken last, so waiting for
+    a job's state row never happens while holding it (engine.events)."""
 
-    Runs inside the transaction that ended the membership and bumped the sequence (after its
-    ``member.*`` event was appended, so this transaction holds the event-append lock), before
-    the master fails the member's task groups. A constant number of statements whatever the
-    number of jobs; if the batch fails, each affected job is retried alone, so one bad job only
-    makes itself UNKNOWN (a gap freezes its watermark). Never raises.
+    member: Member
+    sequence: int
+    epoch: int | None
+    classification: str
+    incidents: list[tuple[int, int, bool]]  # (job id, episode id, episode opened)
+    failures: list[EngineEvent]
+
+    @property
+    def registered(self) -> int:
+        return len(self.incidents)
+
+    def append(self) -> None:
+        """Insert the events (set-based); the caller's transaction holds the append lock."""
+        if self.incidents:
+            with connection.cursor() as cur:
+                cur.execute(
+                    _INCIDENT_EVENTS,
+                    {
+                        "uuid": self.member.uuid,
+                        "address": self.member.address,
+                        "classification": self.classification,
+                        "sequence": self.sequence,
+                        "epoch": self.epoch,
+                        "jobs": [i[0] for i in self.incidents],
+                        "episodes": [i[1] for i in self.incidents],
+                        "opened": [i[2] for i in self.incidents],
+                    },
+                )
+        if self.failures:
+            EngineEvent.objects.bulk_create(self.failures)
+
+
+def on_member_lost(member: Member, sequence: int, epoch: int | None) -> MemberLossEvents:
+    """Handle member event ``sequence`` (``member`` was REMOVED or LEFT) for every enabled job.
+
+    Runs inside the transaction that ended the membership and bumped the sequence, before the
+    master fails the member's task groups. A constant number of statements whatever the number
+    of jobs; if the batch fails, each affected job is retried alone, so one bad job only makes
+    itself UNKNOWN (a gap freezes its watermark). Never raises; the caller appends the returned
+    events after its own.
     """
     classification = classify_leave(member)
+    out = MemberLossEvents(member, sequence, epoch, classification, [], [])
     try:
         with transaction.atomic():
-            registered = _register_losses(member, sequence, epoch, classification, None)
+            out.incidents = _register_losses(member, sequence, classification, None)
             _advance_watermark(sequence)
-            return registered
+            return out
     except Exception as exc:  # the batch failed: isolate the job(s) that cannot be tracked
         log.warning("batched member-loss tracking failed, retrying job by job: %s", exc)
+        out.incidents = []
     try:
         with connection.cursor() as cur:
             cur.execute(
@@ -237,15 +276,14 @@ def on_member_lost(member: Member, sequence: int, epoch: int | None) -> int:
             )
             affected = [r[0] for r in cur.fetchall()]
     except Exception as exc:
-        _insert_events(_failed([], epoch, "member-loss scan", exc))
-        return 0  # the shared watermark stays behind: every enabled job reads UNKNOWN
-    registered = 0
+        out.failures += _failed([], epoch, "member-loss scan", exc)
+        return out  # the shared watermark stays behind: every enabled job reads UNKNOWN
     for job_id in affected:
         try:
             with transaction.atomic():
-                registered += _register_losses(member, sequence, epoch, classification, [job_id])
+                out.incidents += _register_losses(member, sequence, classification, [job_id])
         except Exception as exc:
-            events = _failed([job_id], epoch, "member-loss incident", exc)
+            out.failures += _failed([job_id], epoch, "member-loss incident", exc)
             try:
                 with transaction.atomic():
                     DirtyTrackingGap.objects.get_or_create(
@@ -253,15 +291,14 @@ def on_member_lost(member: Member, sequence: int, epoch: int | None) -> int:
                         defaults={"member_event_sequence": sequence, "reason": str(exc)[:1000]},
                     )
             except Exception as gap_exc:
-                _insert_events([*events, *_failed([], epoch, "tracking gap", gap_exc)])
-                return registered  # cannot record the gap: the shared watermark stays behind
-            _insert_events(events)
+                out.failures += _failed([], epoch, "tracking gap", gap_exc)
+                return out  # cannot record the gap: the shared watermark stays behind
     try:
         with transaction.atomic():
             _advance_watermark(sequence)
     except Exception as exc:
-        _insert_events(_failed([], epoch, "member-event watermark", exc))
-    return registered
+        out.failures += _failed([], epoch, "member-event watermark", exc)
+    return out
 
 
 def _advance_watermark(sequence: int) -> None:
@@ -274,19 +311,14 @@ def _advance_watermark(sequence: int) -> None:
         )
 
 
-def _insert_events(events: list[EngineEvent]) -> None:
-    EngineEvent.objects.bulk_create(events)
-
-
 def _register_losses(
     member: Member,
     sequence: int,
-    epoch: int | None,
     classification: str,
     only: list[int] | None,
-) -> int:
-    """Register ``member``'s loss for the affected enabled jobs (all, or ``only``) with their
-    ``dirty.incident`` events; returns how many jobs got a new incident."""
+) -> list[tuple[int, int, bool]]:
+    """Register ``member``'s loss for the affected enabled jobs (all, or ``only``); returns
+    (job id, episode id, episode opened) of each job that got a new incident."""
     params = {
         "member": member.id,
         "not_affected": _NOT_AFFECTED,
@@ -294,7 +326,6 @@ def _register_losses(
         "address": member.address,
         "classification": classification,
         "sequence": sequence,
-        "epoch": epoch,
         "only": only or [],
     }
     with connection.cursor() as cur:
@@ -302,20 +333,9 @@ def _register_losses(
         cur.execute(_LOCK_AFFECTED.format(only=only_sql), params)
         jobs = [r[0] for r in cur.fetchall()]
         if not jobs:
-            return 0
+            return []
         cur.execute(_MERGE, {**params, "jobs": jobs})
-        bound = cur.fetchall()
-        if bound:
-            cur.execute(
-                _INCIDENT_EVENTS,
-                {
-                    **params,
-                    "jobs": [b[0] for b in bound],
-                    "episodes": [b[1] for b in bound],
-                    "opened": [b[2] for b in bound],
-                },
-            )
-    return len(bound)
+        return [tuple(row) for row in cur.fetchall()]
 
 
 def _merge_incidents(

@@ -173,6 +173,7 @@ def _end_membership(
         )
         seq = cur.fetchone()[0]
     member = Member(id=member_id, uuid=row[0], name=row[1], address=row[2], pid=row[3], state=state)
+    tracked = dirty.on_member_lost(member, seq, epoch)  # waits for job state rows: before...
     append_events(
         [
             EngineEvent(
@@ -183,7 +184,7 @@ def _end_membership(
             )
         ]
     )
-    dirty.on_member_lost(member, seq, epoch)
+    tracked.append()  # ...the append lock, which the dirty.* events then share with ours
     return member
 
 

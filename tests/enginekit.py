@@ -85,7 +85,8 @@ class Engine:
         """Deliver the member-removed event once more, as a duplicate would arrive."""
         member.refresh_from_db()
         with transaction.atomic():
-            dirty.on_member_lost(member, ClusterState.objects.get(id=1).member_event_sequence, None)
+            sequence = ClusterState.objects.get(id=1).member_event_sequence
+            dirty.on_member_lost(member, sequence, None).append()
 
     # -- the master's steps ----------------------------------------------------------------
 

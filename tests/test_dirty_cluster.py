@@ -233,7 +233,7 @@ from engine.models import ClusterState, Job, Member, RecoveryAttempt
 member = Member.objects.get(uuid="{uuid}")
 sequence = ClusterState.objects.get(id=1).member_event_sequence
 with transaction.atomic():
-    assert dirty.on_member_lost(member, sequence, None) == 0
+    assert dirty.on_member_lost(member, sequence, None).registered == 0
 for attempt in RecoveryAttempt.objects.filter(job_id={job_id}).select_related("pipeline"):
     with transaction.atomic():
         job = Job.objects.select_for_update().get(id={job_id})

@@ -578,3 +578,133 @@ DirtyModel.TestCase.settings = settings(
 @pytest.mark.django_db(transaction=True)
 class TestDirtyModel(DirtyModel.TestCase):
     pass
+
+
+# -- the REST contract ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def api():
+    from django.contrib.auth import get_user_model
+    from rest_framework.test import APIClient
+
+    user = get_user_model().objects.create_user("dirty-operator", password="x-Very-long-pass-9")
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def test_rest_fields_filters_and_episodes(engine, api):
+    dirty_job, _ = running_job(engine, members=4, threshold=1)
+    clean_job = engine.submit(threshold=5)
+    disabled_job = engine.submit(threshold=-1)
+    engine.schedule()
+    engine.run_deployed()
+    engine.lose(host_of_both_pipelines(engine, dirty_job))
+    engine.settle()
+
+    detail = api.get(f"/api/v1/jobs/{dirty_job.id}").json()["dirtyTask"]
+    assert set(detail) >= {
+        "dirty",
+        "evaluationStatus",
+        "trackingComplete",
+        "threshold",
+        "recoveryAttemptCount",
+        "recoveryEpisodeCount",
+        "memberLossIncidentCount",
+        "activeEpisodeId",
+        "lastLeaveClassification",
+        "lastLostMemberUuid",
+        "lastLostAddress",
+        "lastCountedTime",
+        "firstDirtyTime",
+    }
+    assert detail["evaluationStatus"] == "DIRTY" and detail["threshold"] == 1
+    assert api.get(f"/api/v1/jobs/{disabled_job.id}").json()["dirtyTask"] == {
+        "evaluationStatus": "DISABLED",
+        "dirty": False,
+    }
+
+    def ids(query: str) -> set[int]:
+        response = api.get(f"/api/v1/jobs?{query}")
+        assert response.status_code == 200, response.json()
+        return {j["jobId"] for j in response.json()["results"]}
+
+    assert ids("dirty=true") == {dirty_job.id}
+    assert ids("dirty=false") == {clean_job.id, disabled_job.id}
+    assert ids("evaluationStatus=DIRTY") == {dirty_job.id}
+    assert ids("evaluationStatus=CLEAN") == {clean_job.id}
+    assert ids("evaluationStatus=DISABLED") == {disabled_job.id}
+    assert ids("evaluationStatus=UNKNOWN") == set()
+    listed = {j["jobId"]: j["dirtyTask"] for j in api.get("/api/v1/jobs").json()["results"]}
+    assert listed[dirty_job.id] == {
+        "dirty": True,
+        "evaluationStatus": "DIRTY",
+        "recoveryAttemptCount": 1,
+    }
+    assert listed[disabled_job.id] == {"evaluationStatus": "DISABLED", "dirty": False}
+    bad = api.get("/api/v1/jobs?evaluationStatus=MAYBE")
+    assert bad.status_code == 400 and "evaluationStatus" in str(bad.json())
+
+    [episode] = api.get(f"/api/v1/jobs/{dirty_job.id}/episodes").json()
+    assert set(episode) >= {
+        "episodeId",
+        "status",
+        "startedAt",
+        "endedAt",
+        "generation",
+        "classification",
+        "incidents",
+        "attempts",
+    }
+    assert episode["status"] == "COMPLETED" and episode["generation"] == 1
+    assert set(episode["incidents"][0]) >= {"lostMemberUuid", "lostAddress", "classification", "at"}
+    assert set(episode["attempts"][0]) >= {
+        "attemptId",
+        "pipelineId",
+        "prepareSequence",
+        "state",
+        "at",
+    }
+    assert api.get("/api/v1/jobs/999999/episodes").status_code == 404
+    assert api.get(f"/api/v1/jobs/{disabled_job.id}/episodes").json() == []
+
+
+def test_every_api_route_needs_authentication():
+    """Every route of the API, new ones included, refuses an anonymous caller."""
+    from django.urls import URLPattern
+    from rest_framework.test import APIClient
+
+    from engine.api.urls import urlpatterns
+
+    client = APIClient()
+    for pattern in urlpatterns:
+        assert isinstance(pattern, URLPattern)
+        path = "/api/v1/" + str(pattern.pattern).replace("<int:job_id>", "1")
+        assert client.get(path).status_code in (401, 403), path
+
+
+def test_enabling_is_refused_while_an_older_member_is_alive(engine, api):
+    from engine.models import Member
+
+    old = engine.add_member()
+    Member.objects.filter(id=old.id).update(protocol_version=1)
+    config = engine_config(threshold=2)
+    response = api.post("/api/v1/jobs", {"config": config}, format="json")
+    assert response.status_code == 400
+    [error] = response.json()["errors"]
+    assert error["path"] == "env.job.dirty-task.threshold"
+    assert old.name in error["message"] and "protocol 1" in error["message"]
+    assert not Job.objects.exists()  # nothing was created
+    assert (
+        api.post("/api/v1/jobs", {"config": engine_config(threshold=-1)}, format="json").status_code
+        == 201
+    )
+    engine.lose(old)
+    assert api.post("/api/v1/jobs", {"config": config}, format="json").status_code == 201
+
+
+def engine_config(threshold: int) -> str:
+    from tests.enginekit import TWO_PIPELINES
+
+    return TWO_PIPELINES.format(threshold=threshold, retries=3)
