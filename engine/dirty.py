@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, CharField, Exists, F, IntegerField, Q, Value, When
+from django.db.models import Case, CharField, Exists, F, IntegerField, OuterRef, Q, Value, When
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, Now
 from django.utils import timezone
@@ -100,9 +100,42 @@ def _event(kind: str, job_id: int, epoch: int | None, **payload) -> EngineEvent:
 
 
 def _failed(job_ids: Iterable[int], epoch: int | None, where: str, exc: BaseException):
-    """Log and surface a tracker failure (the caller's savepoint rolled its writes back)."""
-    log.error("dirty-job tracking failed (%s) for jobs %s: %s", where, list(job_ids), exc)
-    return [_event("tracker-failed", j, epoch, where=where, error=str(exc)[:500]) for j in job_ids]
+    """Log and surface a tracker failure (the caller's savepoint rolled its writes back): one
+    ``dirty.tracker-failed`` event per job, or one without a job for a cluster-wide step."""
+    job_ids = list(job_ids)
+    log.error("dirty-job tracking failed (%s) for jobs %s: %s", where, job_ids, exc)
+    return [
+        EngineEvent(
+            kind="dirty.tracker-failed",
+            job_id=j,
+            epoch=epoch,
+            payload={"where": where, "error": str(exc)[:500]},
+        )
+        for j in job_ids or [None]
+    ]
+
+
+def _record_gap(
+    job_id: int, reason: str, sequence: int | None = None, repairable: bool = False
+) -> None:
+    """The job cannot be reported CLEAN until this is repaired (or ever, for a missed member
+    event). Its own savepoint, no lock on any job row; a failure here is only logged."""
+    try:
+        with transaction.atomic():
+            DirtyTrackingGap.objects.create(
+                job_id=job_id,
+                member_event_sequence=sequence,
+                repairable=repairable,
+                reason=reason[:1000],
+            )
+    except Exception:
+        log.exception("could not record a dirty-tracking gap for job %s", job_id)
+
+
+def _contained(job: Job, epoch: int | None, where: str, exc: Exception, repairable: bool):
+    """A tracker entry point failed: surface it and record the gap; the engine goes on."""
+    _record_gap(job.id, f"{where} failed: {exc}", repairable=repairable)
+    return _failed([job.id], epoch, where, exc)
 
 
 # -- submission ------------------------------------------------------------------------------
@@ -229,7 +262,15 @@ class MemberLossEvents:
         return len(self.incidents)
 
     def append(self) -> None:
-        """Insert the events (set-based); the caller's transaction holds the append lock."""
+        """Insert the events (set-based); the caller's transaction holds the append lock.
+        Never raises: the tracked state is committed with the removal all the same."""
+        try:
+            with transaction.atomic():
+                self._append()
+        except Exception:
+            log.exception("could not append the dirty.* events of member event %s", self.sequence)
+
+    def _append(self) -> None:
         if self.incidents:
             with connection.cursor() as cur:
                 cur.execute(
@@ -269,7 +310,7 @@ def on_member_lost(member: Member, sequence: int, epoch: int | None) -> MemberLo
         log.warning("batched member-loss tracking failed, retrying job by job: %s", exc)
         out.incidents = []
     try:
-        with connection.cursor() as cur:
+        with transaction.atomic(), connection.cursor() as cur:
             cur.execute(
                 _LOCK_AFFECTED.format(only="").replace("FOR UPDATE OF s", ""),
                 {"member": member.id, "not_affected": _NOT_AFFECTED},
@@ -286,9 +327,8 @@ def on_member_lost(member: Member, sequence: int, epoch: int | None) -> MemberLo
             out.failures += _failed([job_id], epoch, "member-loss incident", exc)
             try:
                 with transaction.atomic():
-                    DirtyTrackingGap.objects.get_or_create(
-                        job_id=job_id,
-                        defaults={"member_event_sequence": sequence, "reason": str(exc)[:1000]},
+                    DirtyTrackingGap.objects.create(
+                        job_id=job_id, member_event_sequence=sequence, reason=str(exc)[:1000]
                     )
             except Exception as gap_exc:
                 out.failures += _failed([], epoch, "tracking gap", gap_exc)
@@ -397,8 +437,8 @@ def on_restore_prepared(
     try:
         with transaction.atomic():
             return _prepare(job, pipeline, restore_number, lost_member_ids, epoch)
-    except Exception as exc:
-        return _failed([job.id], epoch, "restore preparation", exc)
+    except Exception as exc:  # no attempt id for this restore: it can never be counted exactly
+        return _contained(job, epoch, "restore preparation", exc, repairable=False)
 
 
 def _prepare(job, pipeline, restore_number, lost_member_ids, epoch) -> list[EngineEvent]:
@@ -479,8 +519,8 @@ def on_restore_deploying(
                     "prepared attempt",
                 )
             return _confirm(state, attempt, epoch)
-    except Exception as exc:
-        return _failed([job.id], epoch, "attempt confirmation", exc)
+    except Exception as exc:  # the reconciliation confirms it from the pipeline's restore count
+        return _contained(job, epoch, "attempt confirmation", exc, repairable=True)
 
 
 def _confirm(state: DirtyJobState, attempt: Attempt, epoch: int | None) -> list[EngineEvent]:
@@ -550,14 +590,20 @@ def after_settle(job: Job, pipelines: list[Pipeline], epoch: int | None = None):
                 .values_list("active_episode_id", flat=True)
                 .first()
             )
-            if episode_id is None or not _recovered(job, episode_id):
-                return []
+            if episode_id is None:
+                return []  # the common case, without a lock
+            # Decide under the state-row lock: a member removal that merged an incident into
+            # this episode meanwhile has committed, and this statement sees it.
             state = _lock_state(job.id)
-            if state is None or state.active_episode_id != episode_id:
+            if state is None or state.active_episode_id is None:
                 return []
-            return _end_episode(state, episode_id, Episode.Status.COMPLETED, "recovered", epoch)
-    except Exception as exc:
-        return _failed([job.id], epoch, "episode completion", exc)
+            if not _recovered(job, state.active_episode_id):
+                return []
+            return _end_episode(
+                state, state.active_episode_id, Episode.Status.COMPLETED, "recovered", epoch
+            )
+    except Exception as exc:  # the reconciliation completes it later
+        return _contained(job, epoch, "episode completion", exc, repairable=True)
 
 
 def _recovered(job: Job, episode_id: int) -> bool:
@@ -607,31 +653,48 @@ def _prune(job_id: int) -> None:
 def expire_stale_episodes(epoch: int) -> bool:
     """Active-master housekeeping: abort episodes idle for ``pending-incident-ttl`` that have no
     prepared restore still able to deploy (stale incidents that never reach deployment)."""
+    from .events import append_events
     from .fencing import fenced
 
     cutoff = timezone.now() - timedelta(seconds=options().pending_incident_ttl)
+    waiting = Attempt.objects.filter(
+        episode_id=OuterRef("id"),
+        state=Attempt.State.PREPARED,
+        pipeline__status=ES.FAILING,
+        pipeline__restore_count=F("restore_number") - 1,
+        job__status__in=[JobStatus.SCHEDULED, JobStatus.RUNNING],
+    )
     stale = list(
         Episode.objects.filter(status=Episode.Status.ACTIVE, last_activity_at__lt=cutoff)
-        .order_by("job_id")
+        .exclude(Exists(waiting))
+        .order_by("last_activity_at", "id")
         .values_list("id", "job_id")[:100]
     )
     did = False
     for episode_id, job_id in stale:
         with fenced(epoch):
-            job = Job.objects.select_for_update().get(id=job_id)
+            job = Job.objects.select_for_update().filter(id=job_id).first()
             state = _lock_state(job_id)
-            if state is None or state.active_episode_id != episode_id or _pending(job, episode_id):
+            # Re-checked under the locks: a loss or a deployment may have renewed it meanwhile.
+            episode = Episode.objects.filter(id=episode_id).first()
+            if (
+                job is None
+                or state is None
+                or episode is None
+                or state.active_episode_id != episode_id
+                or episode.last_activity_at >= cutoff
+                or _pending(job, episode_id)
+            ):
                 continue
-            events = _end_episode(
-                state,
-                episode_id,
-                Episode.Status.ABORTED,
-                "expired: no deployment within engine.dirty-task.pending-incident-ttl",
-                epoch,
+            append_events(
+                _end_episode(
+                    state,
+                    episode_id,
+                    Episode.Status.ABORTED,
+                    "expired: no deployment within engine.dirty-task.pending-incident-ttl",
+                    epoch,
+                )
             )
-            from .events import append_events
-
-            append_events(events)
             did = True
     return did
 
@@ -649,23 +712,52 @@ def _pending(job: Job, episode_id: int) -> bool:
     return False
 
 
-# -- active-master change --------------------------------------------------------------------
+def on_restore_obsolete(job: Job, pipeline: Pipeline, restore_number: int, epoch: int | None):
+    """A restore step found nothing to do (its job is stopping, or the pipeline moved on): its
+    attempt, if the pipeline never got that deployment, will never deploy. Never raises."""
+    if job.dirty_threshold <= 0 or pipeline.restore_count >= restore_number:
+        return []
+    try:
+        with transaction.atomic():
+            if _lock_state(job.id) is None:
+                return []
+            ended = Attempt.objects.filter(
+                pipeline=pipeline, restore_number=restore_number, state=Attempt.State.PREPARED
+            ).update(state=Attempt.State.ABORTED, ended_at=Now())
+            if not ended:
+                return []
+            return [
+                _event(
+                    "attempt-aborted",
+                    job.id,
+                    epoch,
+                    pipelineId=pipeline.index,
+                    restore=restore_number,
+                    reason="restore obsolete",
+                )
+            ]
+    except Exception as exc:
+        return _contained(job, epoch, "obsolete restore", exc, repairable=True)
+
+
+# -- active-master change and repair ---------------------------------------------------------
 
 
 def reconcile(epoch: int) -> int:
-    """A new active master, before it schedules any restore: explain every PREPARED attempt of
-    a running job by its pipeline's state. Returns how many attempts changed state.
+    """The active master's reconciliation: once per epoch before it schedules anything, then as
+    housekeeping. Explains every PREPARED attempt of a job by its pipeline's state; returns how
+    many attempts changed state.
 
-    - the pipeline was redeployed for that restore (restore count reached it; DEPLOYING or
-      RUNNING): confirm the original attempt id (a no-op if it was confirmed);
+    - the pipeline got the deployment of that restore (its restore count reached it): confirm
+      the original attempt id (a no-op if it was confirmed), whatever happened since;
     - it still waits for that restore: keep the binding, normal deployment confirms it;
-    - it ended: abort the attempt;
+    - it ended without that deployment: abort the attempt;
     - anything else is unexplained: the job becomes UNKNOWN.
-    Episodes whose recovery finished unnoticed are completed.
+    Then it completes episodes whose recovery finished unnoticed, removes repairable gaps that
+    are repaired, finishes terminal snapshots that failed, and turns a member event the tracker
+    could not handle at all into gaps of the jobs it concerned. One job's failure is contained
+    (and recorded); only a stale epoch stops it.
     """
-    from .events import append_events
-    from .fencing import fenced
-
     changed = 0
     prepared = list(
         Attempt.objects.filter(state=Attempt.State.PREPARED)
@@ -674,60 +766,169 @@ def reconcile(epoch: int) -> int:
         .values_list("id", "job_id")
     )
     for attempt_id, job_id in prepared:
-        with fenced(epoch):
-            Job.objects.select_for_update().get(id=job_id)
-            state = _lock_state(job_id)
-            attempt = Attempt.objects.select_related("pipeline").get(id=attempt_id)
-            if state is None or attempt.state != Attempt.State.PREPARED:
-                continue
-            p = attempt.pipeline
-            if p.restore_count >= attempt.restore_number and p.status in (
-                ES.DEPLOYING,
-                ES.RUNNING,
-                ES.FAILING,
-                ES.FINISHED,
-            ):
-                events = _confirm(state, attempt, epoch)
-            elif p.status == ES.FAILING and p.restore_count == attempt.restore_number - 1:
-                continue
-            elif p.status in EXECUTION_TERMINAL:
-                Attempt.objects.filter(id=attempt.id).update(
-                    state=Attempt.State.ABORTED, ended_at=Now()
-                )
-                events = [_event("attempt-aborted", job_id, epoch, attemptId=attempt.attempt_id)]
-            else:
-                events = _incomplete(
-                    state,
-                    epoch,
-                    f"attempt {attempt.attempt_id} is PREPARED but pipeline {p.index} is "
-                    f"{p.status} after {p.restore_count} restore(s)",
-                )
-            append_events(events)
-            changed += 1
+        changed += _per_job(epoch, job_id, "reconciliation", _reconcile_attempt, attempt_id)
     for job_id in (
         Episode.objects.filter(status=Episode.Status.ACTIVE)
         .exclude(job__status__in=JOB_TERMINAL)
         .order_by("job_id")
         .values_list("job_id", flat=True)
     ):
-        with fenced(epoch):
-            job = Job.objects.select_for_update().get(id=job_id)
-            append_events(after_settle(job, list(job.pipelines.order_by("index")), epoch))
+        _per_job(epoch, job_id, "episode completion", _complete_if_recovered)
+    for job_id in sorted(
+        set(DirtyTrackingGap.objects.filter(repairable=True).values_list("job_id", flat=True))
+    ):
+        _per_job(epoch, job_id, "gap repair", _repair_gaps)
+    for job_id in (
+        DirtyJobState.objects.filter(job__status__in=JOB_TERMINAL)
+        .order_by("job_id")
+        .values_list("job_id", flat=True)
+    ):
+        _per_job(epoch, job_id, "terminal snapshot", _finish_terminal)
+    _repair_watermark(epoch)
     return changed
+
+
+def _per_job(epoch: int, job_id: int, where: str, step, *args) -> int:
+    """Run ``step(job, epoch, *args)`` in one fenced transaction with the job row locked; a
+    failure is logged, recorded as a gap and skipped (a stale epoch propagates)."""
+    from .events import append_events
+    from .fencing import StaleEpoch, fenced
+
+    try:
+        with fenced(epoch):
+            job = Job.objects.select_for_update().filter(id=job_id).first()
+            if job is None:
+                return 0
+            changed, events = step(job, epoch, *args)
+            append_events(events)
+            return changed
+    except StaleEpoch:
+        raise
+    except Exception as exc:
+        log.exception("dirty-job %s of job %s failed", where, job_id)
+        _record_gap(job_id, f"{where} failed: {exc}", repairable=True)
+        return 0
+
+
+def _reconcile_attempt(job: Job, epoch: int, attempt_id: int):
+    state = _lock_state(job.id)
+    attempt = Attempt.objects.select_related("pipeline").filter(id=attempt_id).first()
+    if state is None or attempt is None or attempt.state != Attempt.State.PREPARED:
+        return 0, []
+    p = attempt.pipeline
+    if p.restore_count >= attempt.restore_number:
+        return 1, _confirm(state, attempt, epoch)
+    if p.status == ES.FAILING and p.restore_count == attempt.restore_number - 1:
+        return 0, []
+    if p.status in EXECUTION_TERMINAL or job.status in JOB_TERMINAL:
+        Attempt.objects.filter(id=attempt.id).update(state=Attempt.State.ABORTED, ended_at=Now())
+        return 1, [_event("attempt-aborted", job.id, epoch, attemptId=attempt.attempt_id)]
+    return 1, _incomplete(
+        state,
+        epoch,
+        f"attempt {attempt.attempt_id} is PREPARED but pipeline {p.index} is {p.status} after "
+        f"{p.restore_count} restore(s)",
+    )
+
+
+def _complete_if_recovered(job: Job, epoch: int):
+    return 0, after_settle(job, list(job.pipelines.order_by("index")), epoch)
+
+
+def _repair_gaps(job: Job, epoch: int):
+    """Repairable gaps go once nothing is left to redo: every attempt whose deployment happened
+    is confirmed, and a recovered episode is completed (both done just before, in order)."""
+    if job.status not in JOB_TERMINAL:
+        unconfirmed = Attempt.objects.filter(
+            job=job,
+            state=Attempt.State.PREPARED,
+            pipeline__restore_count__gte=F("restore_number"),
+        ).exists()
+        if unconfirmed:
+            return 0, []
+        _, events = _complete_if_recovered(job, epoch)
+    else:
+        events = []
+    removed, _ = DirtyTrackingGap.objects.filter(job=job, repairable=True).delete()
+    if removed:
+        events.append(_event("repaired", job.id, epoch, gaps=removed))
+    return removed, events
+
+
+def _finish_terminal(job: Job, epoch: int):
+    """A terminal job whose snapshot failed keeps its running state: snapshot it now."""
+    if job.status not in JOB_TERMINAL:
+        return 0, []
+    return 1, on_job_terminal(job, epoch, strict=True)
+
+
+def _repair_watermark(epoch: int) -> None:
+    """A member event the tracker could not handle at all (not even a gap could be written, or
+    a member of an older protocol ended it) leaves the shared watermark behind, which would keep
+    every job UNKNOWN for ever, even jobs submitted later. Turn it into permanent gaps of the
+    jobs tracked now (a superset of those it concerned) and catch the watermark up."""
+    from .events import append_events
+    from .fencing import fenced
+
+    with fenced(epoch):
+        row = (
+            ClusterState.objects.select_for_update()
+            .filter(id=1)
+            .values_list("member_event_sequence", "dirty_handled_sequence")
+            .first()
+        )
+        if row is None or row[1] >= row[0]:
+            return
+        sequence, handled = row
+        with connection.cursor() as cur:
+            cur.execute(
+                """
+                INSERT INTO engine_dirtytrackinggap
+                       (job_id, member_event_sequence, repairable, reason, at)
+                SELECT job_id, %s, false, %s, now() FROM engine_dirtyjobstate
+                """,
+                [handled + 1, f"member events {handled + 1}..{sequence} were not handled"],
+            )
+            gaps = cur.rowcount
+        ClusterState.objects.filter(id=1).update(dirty_handled_sequence=sequence)
+        log.error(
+            "dirty-job tracking missed member events %s..%s: %s jobs are UNKNOWN from now on",
+            handled + 1,
+            sequence,
+            gaps,
+        )
+        append_events(
+            [
+                EngineEvent(
+                    kind="dirty.tracker-failed",
+                    epoch=epoch,
+                    payload={
+                        "where": "member-event watermark",
+                        "error": f"member events {handled + 1}..{sequence} were not handled",
+                        "jobs": gaps,
+                    },
+                )
+            ]
+        )
 
 
 # -- the end of a job ------------------------------------------------------------------------
 
 
-def on_job_terminal(job: Job, epoch: int | None = None) -> list[EngineEvent]:
+def on_job_terminal(job: Job, epoch: int | None = None, strict: bool = False):
     """The job just became terminal (its row locked): abort the active episode, snapshot the
-    summary and recent episodes into history, and only then remove the running state."""
+    summary and recent episodes into history, and only then remove the running state.
+
+    If the snapshot cannot be written, the running state is kept (DIRTY is never lost) and the
+    reconciliation snapshots it later; the job's end is never blocked (``strict``: raise, for
+    the reconciliation's own containment)."""
     from history.models import JobHistory
 
-    snapshot, episodes, events = None, [], []
-    if job.dirty_threshold > 0:
-        try:
-            with transaction.atomic():
+    events: list[EngineEvent] = []
+    try:
+        with transaction.atomic():
+            snapshot, episodes = None, []
+            if job.dirty_threshold > 0:
                 state = _lock_state(job.id)
                 if state is not None and state.active_episode_id is not None:
                     events += _end_episode(
@@ -739,20 +940,22 @@ def on_job_terminal(job: Job, epoch: int | None = None) -> list[EngineEvent]:
                     )
                 snapshot = summary(job, state, Sequences.read(job.id))
                 episodes = episode_list(job.id)
-        except Exception as exc:
-            events += _failed([job.id], epoch, "history snapshot", exc)
-            snapshot = missing_summary(job, "the history snapshot failed")
-    JobHistory.objects.update_or_create(
-        job=job, defaults={"status": job.status, "dirty_task": snapshot, "episodes": episodes}
-    )
-    if job.dirty_threshold > 0:
-        Attempt.objects.filter(job=job).delete()
-        Episode.objects.filter(job=job).delete()
-        MemberLossIncident.objects.filter(job=job).delete()
-        DirtyJobState.objects.filter(job=job).delete()
-        DirtyTrackingGap.objects.filter(job=job).delete()
-        events.append(_event("snapshot", job.id, epoch, **_short(snapshot)))
-    return events
+            JobHistory.objects.update_or_create(
+                job=job,
+                defaults={"status": job.status, "dirty_task": snapshot, "episodes": episodes},
+            )
+            if job.dirty_threshold > 0:
+                Attempt.objects.filter(job=job).delete()
+                Episode.objects.filter(job=job).delete()
+                MemberLossIncident.objects.filter(job=job).delete()
+                DirtyTrackingGap.objects.filter(job=job).delete()
+                DirtyJobState.objects.filter(job=job).delete()
+                events.append(_event("snapshot", job.id, epoch, **_short(snapshot)))
+            return events
+    except Exception as exc:
+        if strict:
+            raise
+        return _failed([job.id], epoch, "history snapshot", exc)
 
 
 def _short(snapshot: dict | None) -> dict:
@@ -765,24 +968,27 @@ def _short(snapshot: dict | None) -> dict:
 
 @dataclass(frozen=True)
 class Sequences:
-    """What a job's watermark is compared with: the global member-event sequence, the shared
-    watermark, and the job's own gap (the first member event it could not handle), if any."""
+    """What a job's tracking is judged by: the global member-event sequence, the shared
+    watermark, and the job's gaps (DirtyTrackingGap): the first member event it could not
+    handle, and why it is incomplete, if it is."""
 
     member_event: int
     handled: int
     gap: int | None = None
+    gap_reason: str | None = None
 
     @classmethod
     def read(cls, job_id: int) -> Sequences:
         row = ClusterState.objects.filter(id=1).values_list(
             "member_event_sequence", "dirty_handled_sequence"
         ).first() or (0, 0)
-        gap = (
+        gaps = list(
             DirtyTrackingGap.objects.filter(job_id=job_id)
-            .values_list("member_event_sequence", flat=True)
-            .first()
+            .order_by("id")
+            .values_list("member_event_sequence", "reason")
         )
-        return cls(row[0], row[1], gap)
+        missed = [g for g, _ in gaps if g is not None]
+        return cls(row[0], row[1], min(missed) if missed else None, gaps[0][1] if gaps else None)
 
     @property
     def watermark(self) -> int:
@@ -793,6 +999,10 @@ class Sequences:
     def lagging(self) -> bool:
         return self.watermark < self.member_event
 
+    @property
+    def complete(self) -> bool:
+        return not self.lagging and self.gap_reason is None
+
 
 def evaluate(state: DirtyJobState | None, sequences: Sequences) -> str:
     """CLEAN only when tracking is complete and up to date; DIRTY is irreversible."""
@@ -800,7 +1010,7 @@ def evaluate(state: DirtyJobState | None, sequences: Sequences) -> str:
         return UNKNOWN
     if state.dirty:
         return DIRTY
-    if not state.tracking_complete or sequences.lagging:
+    if not state.tracking_complete or not sequences.complete:
         return UNKNOWN
     return CLEAN
 
@@ -839,7 +1049,7 @@ def summary(job: Job, state: DirtyJobState | None, sequences: Sequences) -> dict
         return missing_summary(job, "no dirty-job state exists for this job")
     evaluation = evaluate(state, sequences)
     lagging = sequences.lagging
-    reason = state.incomplete_reason
+    reason = state.incomplete_reason or sequences.gap_reason
     if lagging:
         reason = (
             f"member event {sequences.watermark + 1} of {sequences.member_event} was not "
@@ -848,10 +1058,10 @@ def summary(job: Job, state: DirtyJobState | None, sequences: Sequences) -> dict
     if state.schema_version > SCHEMA_VERSION:
         reason = f"dirty state layout {state.schema_version} is newer than this engine's"
     return {
-        "dirty": state.dirty,
+        "dirty": evaluation == DIRTY,
         "evaluationStatus": evaluation,
         "trackingComplete": state.tracking_complete
-        and not lagging
+        and sequences.complete
         and state.schema_version <= SCHEMA_VERSION,
         "threshold": state.threshold,
         "recoveryAttemptCount": state.recovery_attempt_count,
@@ -870,17 +1080,24 @@ def summary(job: Job, state: DirtyJobState | None, sequences: Sequences) -> dict
 
 
 def job_summary(job: Job) -> dict:
-    """``dirtyTask`` of any job: running from its state, finished from its history record (an
-    old record without one reads as DISABLED)."""
+    """``dirtyTask`` of any job: running from its state, finished from its history record. A
+    finished job whose snapshot is still to be written reads from its running state; an old
+    record without a summary (or no record at all) reads as DISABLED."""
+    state = None
     if job.status in JOB_TERMINAL:
         from history.models import JobHistory
 
-        record = JobHistory.objects.filter(job_id=job.id).values_list("dirty_task", flat=True)
-        snapshot = record.first() if record.exists() else None
-        return snapshot if snapshot else dict(DISABLED_SUMMARY)
+        snapshot = (
+            JobHistory.objects.filter(job_id=job.id).values_list("dirty_task", flat=True).first()
+        )
+        if snapshot:
+            return snapshot
+        state = DirtyJobState.objects.filter(job_id=job.id).first()
+        if state is None:
+            return dict(DISABLED_SUMMARY)
     if job.dirty_threshold <= 0:
         return dict(DISABLED_SUMMARY)
-    state = DirtyJobState.objects.filter(job_id=job.id).first()
+    state = state or DirtyJobState.objects.filter(job_id=job.id).first()
     return summary(job, state, Sequences.read(job.id))
 
 
@@ -940,33 +1157,31 @@ def job_episodes(job: Job) -> list[dict]:
 
 def annotate(queryset):
     """Annotate jobs with ``dirty_evaluation`` and ``dirty_attempts`` in SQL, by the rules of
-    ``evaluate`` (for lists and the ``?dirty=`` / ``?evaluationStatus=`` filters)."""
+    ``job_summary`` and ``evaluate`` (for lists and the ``?dirty=`` / ``?evaluationStatus=``
+    filters)."""
     behind = Exists(
         ClusterState.objects.filter(id=1, dirty_handled_sequence__lt=F("member_event_sequence"))
     )
+    gap = Exists(DirtyTrackingGap.objects.filter(job_id=OuterRef("id")))
     history_status = KeyTextTransform("evaluationStatus", "history__dirty_task")
+    terminal = Q(status__in=JOB_TERMINAL)
     return queryset.annotate(
         dirty_evaluation=Case(
-            When(status__in=JOB_TERMINAL, then=Coalesce(history_status, Value(DISABLED))),
+            When(terminal & Q(history__dirty_task__isnull=False), then=history_status),
+            When(terminal & Q(dirty_state__isnull=True), then=Value(DISABLED)),
             When(dirty_threshold__lte=0, then=Value(DISABLED)),
             When(dirty_state__isnull=True, then=Value(UNKNOWN)),
             When(dirty_state__schema_version__gt=SCHEMA_VERSION, then=Value(UNKNOWN)),
             When(dirty_state__dirty=True, then=Value(DIRTY)),
             When(dirty_state__tracking_complete=False, then=Value(UNKNOWN)),
-            When(dirty_gap__isnull=False, then=Value(UNKNOWN)),
+            When(gap, then=Value(UNKNOWN)),
             When(behind, then=Value(UNKNOWN)),
             default=Value(CLEAN),
             output_field=CharField(),
         ),
-        dirty_attempts=Case(
-            When(
-                status__in=JOB_TERMINAL,
-                then=Cast(
-                    KeyTextTransform("recoveryAttemptCount", "history__dirty_task"),
-                    IntegerField(),
-                ),
-            ),
-            default="dirty_state__recovery_attempt_count",
+        dirty_attempts=Coalesce(
+            Cast(KeyTextTransform("recoveryAttemptCount", "history__dirty_task"), IntegerField()),
+            "dirty_state__recovery_attempt_count",
             output_field=IntegerField(),
         ),
     )

@@ -71,7 +71,7 @@ class Master:
         self.lost_timer = Timer(0.2)
         self.control_timer = Timer(0.2)
         self.checkpoint_timer = Timer(0.1)
-        self.dirty_expiry_timer = Timer(1.0)
+        self.dirty_timer = Timer(2.0)
         self.cancels = orchestration.CancelSender()
         #: The epoch whose dirty-job reconciliation is done (seed 000: before any restore).
         self.reconciled_epoch: int | None = None
@@ -117,10 +117,13 @@ class Master:
     def _reconciled(self) -> bool:
         return self.reconciled_epoch == self.leadership.epoch
 
-    def step_dirty_expiry(self) -> bool:
-        if not self._active_and(self.dirty_expiry_timer) or not self._reconciled():
+    def step_dirty_housekeeping(self) -> bool:
+        """Reconcile again (repairs what a contained tracker failure left), expire stale
+        episodes."""
+        if not self._active_and(self.dirty_timer) or not self._reconciled():
             return False
-        return dirty.expire_stale_episodes(self.leadership.epoch)
+        changed = dirty.reconcile(self.leadership.epoch)
+        return dirty.expire_stale_episodes(self.leadership.epoch) or changed > 0
 
     def step_fail_lost(self) -> bool:
         if not self._active_and(self.lost_timer):
@@ -176,7 +179,7 @@ class Master:
             self.step_cancel,
             self.step_schedule,
             self.step_redeliver,
-            self.step_dirty_expiry,
+            self.step_dirty_housekeeping,
             self.step_candidate,
         ):
             did = step() or did

@@ -394,21 +394,32 @@ class DirtyJobState(models.Model):
 
 
 class DirtyTrackingGap(models.Model):
-    """A member event an enabled job could not handle (its tracker update failed): the job's
-    watermark stays just before it for ever, so the job evaluates UNKNOWN, never CLEAN.
+    """Something a tracking-enabled job could not record: while a gap exists the job evaluates
+    UNKNOWN, never CLEAN.
 
-    A separate table, so recording the gap does not depend on the row that could not be written.
+    - ``member_event_sequence``: the member event it could not handle. Its watermark stays just
+      before it for ever (a permanent gap).
+    - ``repairable``: a tracker update that failed but whose truth is still in the engine's
+      state (an attempt confirmation, an episode completion, the terminal snapshot). The
+      master's reconciliation redoes it and then removes the gap.
+
+    A separate table without a database constraint to the job (no key-share lock on the job
+    row): recording a gap never waits for the rows whose update just failed.
     """
 
-    job = models.OneToOneField(
-        Job, primary_key=True, on_delete=models.CASCADE, related_name="dirty_gap"
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="dirty_gaps", db_constraint=False
     )
-    member_event_sequence = models.BigIntegerField()
+    member_event_sequence = models.BigIntegerField(null=True, blank=True)
+    repairable = models.BooleanField(default=False)
     reason = models.TextField(blank=True, default="")
     at = models.DateTimeField(db_default=Now())
 
+    class Meta:
+        ordering = ["id"]
+
     def __str__(self) -> str:
-        return f"job {self.job_id} missed member event {self.member_event_sequence}"
+        return f"tracking gap of job {self.job_id}: {self.reason}"
 
 
 class RecoveryEpisode(models.Model):

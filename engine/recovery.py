@@ -108,6 +108,7 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
         )
         if obsolete:
             _done(step, "obsolete: nothing to restore")
+            append_events(dirty.on_restore_obsolete(job, pipeline, number, epoch))
             return "obsolete", []
         slots = take_slots(len(groups))
         if slots is None:

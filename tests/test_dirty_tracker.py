@@ -276,6 +276,9 @@ def test_master_change_during_confirmation_confirms_once(engine, fault):
     assert engine.restore_due() == ["restored", "restored"]  # recovery is not blocked
     assert {s for _, s in attempts(job)} == {"PREPARED"}
     assert kinds(job, "dirty.tracker-failed") == 2
+    # Until it is repaired the job is not CLEAN: the count is behind the truth.
+    s = engine.summary(job)
+    assert s["evaluationStatus"] == "UNKNOWN" and "confirmation" in s["incompleteReason"]
     fault.off()
     ids = [a for a, _ in attempts(job)]
     assert engine.new_master() == 2
@@ -708,3 +711,105 @@ def engine_config(threshold: int) -> str:
     from tests.enginekit import TWO_PIPELINES
 
     return TWO_PIPELINES.format(threshold=threshold, retries=3)
+
+
+def test_a_failed_history_snapshot_keeps_dirty_and_is_written_later(engine):
+    """The job's end is never blocked, DIRTY is never lost: the running state stays until the
+    reconciliation writes the snapshot."""
+    job, _ = running_job(engine, threshold=1)
+    engine.lose(host_of_both_pipelines(engine, job))
+    engine.settle()
+    running = engine.summary(job)
+    assert running["evaluationStatus"] == "DIRTY"
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            CREATE FUNCTION test_history_fault() RETURNS trigger AS $$
+            BEGIN RAISE EXCEPTION 'injected history failure'; END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER test_history_fault BEFORE INSERT ON history_jobhistory
+               FOR EACH ROW EXECUTE FUNCTION test_history_fault();
+            """
+        )
+    try:
+        engine.cancel(job)
+        assert Job.objects.get(id=job.id).status == "CANCELED"
+        assert not JobHistory.objects.filter(job=job).exists()
+        finished = engine.summary(job)
+        assert finished["dirty"] and finished["recoveryAttemptCount"] == 1
+        assert dirty.annotate(Job.objects.filter(id=job.id)).get().dirty_evaluation == "DIRTY"
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("DROP TRIGGER test_history_fault ON history_jobhistory")
+            cur.execute("DROP FUNCTION test_history_fault")
+    engine.new_master()
+    assert JobHistory.objects.get(job=job).dirty_task["dirty"] is True
+    assert not DirtyJobState.objects.filter(job_id=job.id).exists()
+    assert engine.summary(job) == {**running, "activeEpisodeId": None}
+
+
+def test_a_member_event_nobody_handled_becomes_gaps_of_the_jobs_of_that_time(engine):
+    """The shared watermark left behind (an older master ended a member without the tracker):
+    the jobs tracked then are UNKNOWN for ever; jobs submitted afterwards are not."""
+    job, _ = running_job(engine)
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE engine_clusterstate SET member_event_sequence = member_event_sequence + 1"
+        )
+    assert engine.summary(job)["evaluationStatus"] == "UNKNOWN"
+    engine.new_master()
+    assert engine.summary(job)["evaluationStatus"] == "UNKNOWN"
+    later = engine.submit(threshold=2)
+    assert engine.summary(later)["evaluationStatus"] == "CLEAN"
+    assert dirty.annotate(Job.objects.filter(id=job.id)).get().dirty_evaluation == "UNKNOWN"
+    assert dirty.annotate(Job.objects.filter(id=later.id)).get().dirty_evaluation == "CLEAN"
+    assert kinds_without_job("dirty.tracker-failed") == 1
+
+
+def kinds_without_job(kind: str) -> int:
+    return EngineEvent.objects.filter(job_id__isnull=True, kind=kind).count()
+
+
+def test_one_job_failing_reconciliation_does_not_stop_the_others(engine, fault):
+    first, _ = running_job(engine, members=2)
+    second = engine.submit(threshold=2)  # on the same two members
+    engine.schedule()
+    engine.run_deployed()
+    for _ in range(3):
+        engine.add_member()
+    victim = host_of_both_pipelines(engine, first)
+    assert victim.id in engine.members_of(second)
+    engine.lose(victim)
+    engine.fail_lost()
+    engine.stop_failing()
+    fault.on(first, "engine_recoveryattempt")
+    fault.on(second, "engine_recoveryattempt")
+    engine.restore_due()  # both confirmations fail: both jobs have PREPARED attempts
+    fault.off()
+    fault.on(first, "engine_recoveryattempt")  # the first keeps failing
+    engine.new_master()
+    assert {s for _, s in attempts(second)} == {"CONFIRMED"}
+    assert {s for _, s in attempts(first)} == {"PREPARED"}
+    assert engine.summary(first)["evaluationStatus"] == "UNKNOWN"
+    fault.off()
+    engine.new_master()
+    engine.run_deployed()
+    engine.new_master()
+    for job in (first, second):
+        s = engine.summary(job)
+        assert s["evaluationStatus"] == "CLEAN", s
+        assert s["recoveryAttemptCount"] == 1
+
+
+def test_an_obsolete_restore_aborts_its_attempt(engine):
+    job, _ = running_job(engine)
+    engine.lose(host_of_both_pipelines(engine, job))
+    engine.fail_lost()
+    engine.stop_failing()
+    from engine.models import Pipeline as P
+
+    pipeline = P.objects.filter(job=job).order_by("index").first()
+    P.objects.filter(id=pipeline.id).update(status="FAILED")  # it will never restore
+    engine.restore_due()
+    states = dict(RecoveryAttempt.objects.filter(job=job).values_list("pipeline_id", "state"))
+    assert states[pipeline.id] == "ABORTED"
+    assert engine.summary(job)["recoveryAttemptCount"] == 1  # the other pipeline deployed
