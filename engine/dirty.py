@@ -164,7 +164,7 @@ _LOCK_AFFECTED = """
                          WHERE t.member_id = %(member)s AND t.status <> ALL(%(not_affected)s))
        {only}
      ORDER BY s.job_id
-       FOR UPDATE OF s
+       FOR NO KEY UPDATE OF s
 """
 
 #: With the rows locked (a fresh snapshot sees their latest values): register the incidents not
@@ -312,7 +312,7 @@ def on_member_lost(member: Member, sequence: int, epoch: int | None) -> MemberLo
     try:
         with transaction.atomic(), connection.cursor() as cur:
             cur.execute(
-                _LOCK_AFFECTED.format(only="").replace("FOR UPDATE OF s", ""),
+                _LOCK_AFFECTED.format(only="").replace("FOR NO KEY UPDATE OF s", ""),
                 {"member": member.id, "not_affected": _NOT_AFFECTED},
             )
             affected = [r[0] for r in cur.fetchall()]
@@ -405,7 +405,7 @@ def _merge_incidents(
 
 
 def _lock_state(job_id: int) -> DirtyJobState | None:
-    return DirtyJobState.objects.select_for_update().filter(job_id=job_id).first()
+    return DirtyJobState.objects.select_for_update(no_key=True).filter(job_id=job_id).first()
 
 
 def _incomplete(state: DirtyJobState, epoch: int | None, reason: str) -> list[EngineEvent]:
@@ -530,7 +530,7 @@ def _confirm(state: DirtyJobState, attempt: Attempt, epoch: int | None) -> list[
     if attempt.state != Attempt.State.PREPARED:
         return _incomplete(state, epoch, f"attempt {attempt.attempt_id} deployed after it ended")
     Attempt.objects.filter(id=attempt.id).update(state=Attempt.State.CONFIRMED, ended_at=Now())
-    episode = Episode.objects.select_for_update().get(id=attempt.episode_id)
+    episode = Episode.objects.select_for_update(no_key=True).get(id=attempt.episode_id)
     counted = attempt.prepare_sequence > episode.generation
     events: list[EngineEvent] = []
     fields: dict = {"updated_at": Now()}
@@ -673,7 +673,7 @@ def expire_stale_episodes(epoch: int) -> bool:
     did = False
     for episode_id, job_id in stale:
         with fenced(epoch):
-            job = Job.objects.select_for_update().filter(id=job_id).first()
+            job = Job.objects.select_for_update(no_key=True).filter(id=job_id).first()
             state = _lock_state(job_id)
             # Re-checked under the locks: a loss or a deployment may have renewed it meanwhile.
             episode = Episode.objects.filter(id=episode_id).first()
@@ -796,7 +796,7 @@ def _per_job(epoch: int, job_id: int, where: str, step, *args) -> int:
 
     try:
         with fenced(epoch):
-            job = Job.objects.select_for_update().filter(id=job_id).first()
+            job = Job.objects.select_for_update(no_key=True).filter(id=job_id).first()
             if job is None:
                 return 0
             changed, events = step(job, epoch, *args)
@@ -872,7 +872,7 @@ def _repair_watermark(epoch: int) -> None:
 
     with fenced(epoch):
         row = (
-            ClusterState.objects.select_for_update()
+            ClusterState.objects.select_for_update(no_key=True)
             .filter(id=1)
             .values_list("member_event_sequence", "dirty_handled_sequence")
             .first()

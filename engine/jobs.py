@@ -101,7 +101,7 @@ def cancel_job(job_id: int) -> Job:
     """Cancel a job. A job holding no slots is CANCELED at once; a scheduled or running job
     becomes CANCELING and the active master stops its task groups and frees its slots."""
     with transaction.atomic():
-        job = Job.objects.select_for_update().get(id=job_id)
+        job = Job.objects.select_for_update(no_key=True).get(id=job_id)
         if job.status in JOB_TERMINAL:
             raise JobStateError(f"job {job.id} is already {job.status}")
         if job.status in (JobStatus.CANCELING, JobStatus.FAILING):

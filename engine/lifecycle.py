@@ -34,7 +34,7 @@ def _lock_job_of(task_group_id: int) -> Job | None:
     job_id = TaskGroup.objects.filter(id=task_group_id).values_list("job_id", flat=True).first()
     if job_id is None:
         return None
-    return Job.objects.select_for_update().get(id=job_id)
+    return Job.objects.select_for_update(no_key=True).get(id=job_id)
 
 
 def mark_running(task_group_id: int, attempt: int, member_id: int) -> bool:
@@ -113,7 +113,7 @@ def finish_task_group(
         job = _lock_job_of(task_group_id)
         if job is None:
             return False
-        query = TaskGroup.objects.select_for_update(of=("self",)).filter(
+        query = TaskGroup.objects.select_for_update(no_key=True, of=("self",)).filter(
             id=task_group_id, attempt=attempt
         )
         if member_id is not None:  # a member reports: only while it owns the group and lives

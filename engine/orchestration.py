@@ -63,7 +63,7 @@ def redeliver(epoch: int) -> bool:
     stuck): a job must never wait on a command for ever."""
     with fenced(epoch):
         stale = list(
-            TaskGroup.objects.select_for_update(skip_locked=True, of=("self",))
+            TaskGroup.objects.select_for_update(no_key=True, skip_locked=True, of=("self",))
             .filter(
                 status=ExecutionStatus.DEPLOYING,
                 member__state=MemberState.ALIVE,

@@ -41,7 +41,7 @@ def enqueue_due_steps(epoch: int) -> bool:
     now = timezone.now()
     with fenced(epoch):
         due = list(
-            ControlStep.objects.select_for_update(skip_locked=True)
+            ControlStep.objects.select_for_update(no_key=True, skip_locked=True)
             .filter(state=ControlStep.State.PENDING, due_at__lte=now)
             .filter(
                 Q(enqueued_at__isnull=True)
@@ -90,13 +90,13 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
     pipeline_id = step.payload["pipelineId"]
     number = step.payload["restore"]
     with fenced(epoch):
-        job = Job.objects.select_for_update().get(id=step.job_id)
-        pipeline = Pipeline.objects.select_for_update().get(id=pipeline_id)
-        step = ControlStep.objects.select_for_update().get(id=step.id)
+        job = Job.objects.select_for_update(no_key=True).get(id=step.job_id)
+        pipeline = Pipeline.objects.select_for_update(no_key=True).get(id=pipeline_id)
+        step = ControlStep.objects.select_for_update(no_key=True).get(id=step.id)
         if step.state == ControlStep.State.DONE:
             return "done already", []
         groups = list(
-            TaskGroup.objects.select_for_update(of=("self",))
+            TaskGroup.objects.select_for_update(no_key=True, of=("self",))
             .filter(pipeline=pipeline)
             .order_by("kind", "index")
         )

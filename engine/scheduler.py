@@ -2,7 +2,7 @@
 
 The head of the queue (oldest PENDING job) is scheduled when enough slots are free; until then
 every later job waits too (FIFO: a big job is not starved by small ones). Slots of ALIVE members
-are taken with ``FOR UPDATE SKIP LOCKED``, spread across members by sequence; dynamic-slot
+are taken with ``FOR NO KEY UPDATE SKIP LOCKED``, spread across members by sequence; dynamic-slot
 members get new slot rows on demand. Deploy commands go out only after the commit.
 """
 
@@ -41,7 +41,7 @@ def _free_slots(count: int) -> list[tuple[int, int]]:
              WHERE m.state = %s AND s.state = %s
              ORDER BY s.sequence, s.member_id
              LIMIT %s
-               FOR UPDATE OF s SKIP LOCKED
+               FOR NO KEY UPDATE OF s SKIP LOCKED
             """,
             [MemberState.ALIVE, SlotState.FREE, count],
         )
@@ -55,7 +55,7 @@ def _dynamic_slots(count: int) -> list[tuple[int, int]]:
     0 means unbounded. Members are locked (in id order) so concurrent calls cannot overshoot.
     """
     members = list(
-        Member.objects.select_for_update()
+        Member.objects.select_for_update(no_key=True)
         .filter(state=MemberState.ALIVE, slot_mode=SlotMode.DYNAMIC)
         .order_by("id")
     )
@@ -164,7 +164,7 @@ def schedule_next(epoch: int) -> list[Deployment] | None:
     """Schedule the oldest PENDING job if slots allow. None: nothing scheduled."""
     with fenced(epoch):
         job = (
-            Job.objects.select_for_update(skip_locked=True)
+            Job.objects.select_for_update(no_key=True, skip_locked=True)
             .filter(status=JobStatus.PENDING)
             .order_by("id")
             .first()
