@@ -42,6 +42,8 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, Now
 from django.utils import timezone
 
+from .events import append_events
+from .fencing import StaleEpoch, fenced
 from .models import (
     ClusterState,
     DirtyJobState,
@@ -653,8 +655,6 @@ def _prune(job_id: int) -> None:
 def expire_stale_episodes(epoch: int) -> bool:
     """Active-master housekeeping: abort episodes idle for ``pending-incident-ttl`` that have no
     prepared restore still able to deploy (stale incidents that never reach deployment)."""
-    from .events import append_events
-    from .fencing import fenced
 
     cutoff = timezone.now() - timedelta(seconds=options().pending_incident_ttl)
     waiting = Attempt.objects.filter(
@@ -672,31 +672,41 @@ def expire_stale_episodes(epoch: int) -> bool:
     )
     did = False
     for episode_id, job_id in stale:
-        with fenced(epoch):
-            job = Job.objects.select_for_update(no_key=True).filter(id=job_id).first()
-            state = _lock_state(job_id)
-            # Re-checked under the locks: a loss or a deployment may have renewed it meanwhile.
-            episode = Episode.objects.filter(id=episode_id).first()
-            if (
-                job is None
-                or state is None
-                or episode is None
-                or state.active_episode_id != episode_id
-                or episode.last_activity_at >= cutoff
-                or _pending(job, episode_id)
-            ):
-                continue
-            append_events(
-                _end_episode(
-                    state,
-                    episode_id,
-                    Episode.Status.ABORTED,
-                    "expired: no deployment within engine.dirty-task.pending-incident-ttl",
-                    epoch,
-                )
-            )
-            did = True
+        try:
+            did = _expire(epoch, episode_id, job_id, cutoff) or did
+        except StaleEpoch:
+            raise
+        except Exception:
+            log.exception("expiring episode %s of job %s failed; it is retried", episode_id, job_id)
     return did
+
+
+def _expire(epoch: int, episode_id: int, job_id: int, cutoff) -> bool:
+
+    with fenced(epoch):
+        job = Job.objects.select_for_update(no_key=True).filter(id=job_id).first()
+        state = _lock_state(job_id)
+        # Re-checked under the locks: a loss or a deployment may have renewed it meanwhile.
+        episode = Episode.objects.filter(id=episode_id).first()
+        if (
+            job is None
+            or state is None
+            or episode is None
+            or state.active_episode_id != episode_id
+            or episode.last_activity_at >= cutoff
+            or _pending(job, episode_id)
+        ):
+            return False
+        append_events(
+            _end_episode(
+                state,
+                episode_id,
+                Episode.Status.ABORTED,
+                "expired: no deployment within engine.dirty-task.pending-incident-ttl",
+                epoch,
+            )
+        )
+        return True
 
 
 def _pending(job: Job, episode_id: int) -> bool:
@@ -784,15 +794,18 @@ def reconcile(epoch: int) -> int:
         .values_list("job_id", flat=True)
     ):
         _per_job(epoch, job_id, "terminal snapshot", _finish_terminal)
-    _repair_watermark(epoch)
+    try:
+        _repair_watermark(epoch)
+    except StaleEpoch:
+        raise
+    except Exception:
+        log.exception("dirty-job watermark repair failed; it is retried")
     return changed
 
 
 def _per_job(epoch: int, job_id: int, where: str, step, *args) -> int:
     """Run ``step(job, epoch, *args)`` in one fenced transaction with the job row locked; a
     failure is logged, recorded as a gap and skipped (a stale epoch propagates)."""
-    from .events import append_events
-    from .fencing import StaleEpoch, fenced
 
     try:
         with fenced(epoch):
@@ -867,8 +880,6 @@ def _repair_watermark(epoch: int) -> None:
     a member of an older protocol ended it) leaves the shared watermark behind, which would keep
     every job UNKNOWN for ever, even jobs submitted later. Turn it into permanent gaps of the
     jobs tracked now (a superset of those it concerned) and catch the watermark up."""
-    from .events import append_events
-    from .fencing import fenced
 
     with fenced(epoch):
         row = (
