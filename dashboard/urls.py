@@ -4,4 +4,5 @@ from . import views
 
 urlpatterns = [
     path("", views.cluster, name="cluster"),
+    path("jobs/<int:job_id>", views.job, name="job"),
 ]

@@ -5,10 +5,11 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
-from engine import queries
+from engine import dirty, queries
+from engine.models import Job
 
 
 @require_GET
@@ -25,11 +26,32 @@ def healthz(request: HttpRequest) -> JsonResponse:
 @login_required
 @require_GET
 def cluster(request: HttpRequest) -> HttpResponse:
+    recovery = request.GET.get("recovery", "")
+    if recovery not in dirty.EVALUATIONS:
+        recovery = ""  # any other value: all jobs
     context = {
         "overview": queries.overview(),
         "members": queries.members()[:200],
-        "jobs": queries.recent_jobs(),
+        "jobs": queries.recent_jobs(recovery=recovery or None),
+        "recovery": recovery,
+        "recovery_choices": dirty.EVALUATIONS,
     }
     if request.headers.get("HX-Request"):
         return render(request, "dashboard/htmx/cluster.html", context)
     return render(request, "dashboard/cluster.html", context)
+
+
+@login_required
+@require_GET
+def job(request: HttpRequest, job_id: int) -> HttpResponse:
+    """One job: its status, pipelines, dirty-job label and recovery episodes (live)."""
+    job = get_object_or_404(Job, id=job_id)
+    context = {
+        "job": job,
+        "pipelines": job.pipelines.order_by("index"),
+        "dirty": dirty.job_summary(job),
+        "episodes": dirty.job_episodes(job),
+    }
+    if request.headers.get("HX-Request"):
+        return render(request, "dashboard/htmx/job.html", context)
+    return render(request, "dashboard/job.html", context)

@@ -98,16 +98,20 @@ def slots() -> list[dict]:
     return out
 
 
-def recent_jobs(limit: int = 20) -> QuerySet[Job]:
-    """The newest jobs with their row counts and dirty-job label (for the dashboard)."""
+def recent_jobs(limit: int = 20, recovery: str | None = None) -> QuerySet[Job]:
+    """The newest jobs with their row counts and dirty-job label (for the dashboard), only
+    those whose label is ``recovery`` if given."""
     from . import dirty
 
-    return dirty.annotate(
+    jobs = dirty.annotate(
         Job.objects.annotate(
             rows_read=Sum("task_groups__source_received"),
             rows_written=Sum("task_groups__sink_written"),
         )
-    ).order_by("-id")[:limit]
+    )
+    if recovery:
+        jobs = jobs.filter(dirty_evaluation=recovery)
+    return jobs.order_by("-id")[:limit]
 
 
 def events_after(after: int, limit: int = MAX_EVENT_PAGE) -> list[EngineEvent]:

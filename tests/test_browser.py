@@ -110,5 +110,10 @@ def test_operator_logs_in_and_watches_a_worker_die(healthy, browser):
         what="the tracked job to finish",
     )
     assert "CLEAN" in tracked.locator(".badge.dirty-clean").inner_text()
+    # The job's page: its label and (no) recovery episodes, live.
+    tracked.locator("a", has_text="tracked-job").click()
+    page.wait_for_selector("h2:has-text('Recovery episodes')", timeout=10_000)
+    assert "CLEAN" in page.locator("dl.summary").inner_text()
+    assert "No recovery episode" in page.locator("table.episodes").inner_text()
     page.screenshot(path=str(healthy.var_dir / "dashboard.png"))
     page.close()

@@ -813,3 +813,31 @@ def test_an_obsolete_restore_aborts_its_attempt(engine):
     states = dict(RecoveryAttempt.objects.filter(job=job).values_list("pipeline_id", "state"))
     assert states[pipeline.id] == "ABORTED"
     assert engine.summary(job)["recoveryAttemptCount"] == 1  # the other pipeline deployed
+
+
+def test_dashboard_filters_by_recovery_label_and_shows_episodes(engine, client):
+    from django.contrib.auth import get_user_model
+
+    dirty_job, _ = running_job(engine, members=4, threshold=1)
+    clean_job = engine.submit(threshold=5)
+    engine.schedule()
+    engine.run_deployed()
+    engine.lose(host_of_both_pipelines(engine, dirty_job))
+    engine.settle()
+    assert client.get(f"/jobs/{dirty_job.id}").status_code == 302  # login first
+    user = get_user_model().objects.create_user("watcher", password="x-Very-long-pass-7")
+    client.force_login(user)
+
+    page = client.get("/?recovery=DIRTY").content.decode()
+    assert f'href="/jobs/{dirty_job.id}"' in page
+    assert f'href="/jobs/{clean_job.id}"' not in page
+    assert 'hx-get="/?recovery=DIRTY"' in page  # the live refresh keeps the filter
+    everything = client.get("/?recovery=whatever").content.decode()
+    assert f'href="/jobs/{clean_job.id}"' in everything
+
+    detail = client.get(f"/jobs/{dirty_job.id}").content.decode()
+    attempt = RecoveryAttempt.objects.filter(job=dirty_job).first()
+    assert "DIRTY" in detail and attempt.attempt_id in detail and "COMPLETED" in detail
+    partial = client.get(f"/jobs/{dirty_job.id}", HTTP_HX_REQUEST="true").content.decode()
+    assert "<html" not in partial and attempt.attempt_id in partial
+    assert client.get("/jobs/999999").status_code == 404
