@@ -119,9 +119,9 @@ def _failed(job_ids: Iterable[int], epoch: int | None, where: str, exc: BaseExce
 
 def _record_gap(
     job_id: int, reason: str, sequence: int | None = None, repairable: bool = False
-) -> None:
+) -> bool:
     """The job cannot be reported CLEAN until this is repaired (or ever, for a missed member
-    event). Its own savepoint, no lock on any job row; a failure here is only logged."""
+    event). Its own savepoint, no lock on any job row; a failure is logged and returns False."""
     try:
         with transaction.atomic():
             DirtyTrackingGap.objects.create(
@@ -130,8 +130,10 @@ def _record_gap(
                 repairable=repairable,
                 reason=reason[:1000],
             )
+        return True
     except Exception:
         log.exception("could not record a dirty-tracking gap for job %s", job_id)
+        return False
 
 
 def _contained(job: Job, epoch: int | None, where: str, exc: Exception, repairable: bool):
@@ -327,13 +329,8 @@ def on_member_lost(member: Member, sequence: int, epoch: int | None) -> MemberLo
                 out.incidents += _register_losses(member, sequence, classification, [job_id])
         except Exception as exc:
             out.failures += _failed([job_id], epoch, "member-loss incident", exc)
-            try:
-                with transaction.atomic():
-                    DirtyTrackingGap.objects.create(
-                        job_id=job_id, member_event_sequence=sequence, reason=str(exc)[:1000]
-                    )
-            except Exception as gap_exc:
-                out.failures += _failed([], epoch, "tracking gap", gap_exc)
+            if not _record_gap(job_id, str(exc), sequence=sequence):
+                out.failures += _failed([], epoch, "tracking gap", exc)
                 return out  # cannot record the gap: the shared watermark stays behind
     try:
         with transaction.atomic():
@@ -411,13 +408,10 @@ def _lock_state(job_id: int) -> DirtyJobState | None:
 
 
 def _incomplete(state: DirtyJobState, epoch: int | None, reason: str) -> list[EngineEvent]:
-    """Something happened that the tracker cannot explain: the job is UNKNOWN from now on."""
+    """Something happened that the tracker cannot explain: a permanent gap, so the job is
+    UNKNOWN from now on."""
     log.warning("dirty-job tracking of job %s incomplete: %s", state.job_id, reason)
-    if state.tracking_complete:
-        DirtyJobState.objects.filter(job_id=state.job_id).update(
-            tracking_complete=False, incomplete_reason=reason[:1000], updated_at=Now()
-        )
-        state.tracking_complete = False
+    _record_gap(state.job_id, reason)
     return [_event("tracking-incomplete", state.job_id, epoch, reason=reason)]
 
 
@@ -1021,7 +1015,7 @@ def evaluate(state: DirtyJobState | None, sequences: Sequences) -> str:
         return UNKNOWN
     if state.dirty:
         return DIRTY
-    if not state.tracking_complete or not sequences.complete:
+    if not sequences.complete:
         return UNKNOWN
     return CLEAN
 
@@ -1060,7 +1054,7 @@ def summary(job: Job, state: DirtyJobState | None, sequences: Sequences) -> dict
         return missing_summary(job, "no dirty-job state exists for this job")
     evaluation = evaluate(state, sequences)
     lagging = sequences.lagging
-    reason = state.incomplete_reason or sequences.gap_reason
+    reason = sequences.gap_reason
     if lagging:
         reason = (
             f"member event {sequences.watermark + 1} of {sequences.member_event} was not "
@@ -1071,9 +1065,7 @@ def summary(job: Job, state: DirtyJobState | None, sequences: Sequences) -> dict
     return {
         "dirty": evaluation == DIRTY,
         "evaluationStatus": evaluation,
-        "trackingComplete": state.tracking_complete
-        and sequences.complete
-        and state.schema_version <= SCHEMA_VERSION,
+        "trackingComplete": sequences.complete and state.schema_version <= SCHEMA_VERSION,
         "threshold": state.threshold,
         "recoveryAttemptCount": state.recovery_attempt_count,
         "recoveryEpisodeCount": state.recovery_episode_count,
@@ -1184,7 +1176,6 @@ def annotate(queryset):
             When(dirty_state__isnull=True, then=Value(UNKNOWN)),
             When(dirty_state__schema_version__gt=SCHEMA_VERSION, then=Value(UNKNOWN)),
             When(dirty_state__dirty=True, then=Value(DIRTY)),
-            When(dirty_state__tracking_complete=False, then=Value(UNKNOWN)),
             When(gap, then=Value(UNKNOWN)),
             When(behind, then=Value(UNKNOWN)),
             default=Value(CLEAN),

@@ -368,9 +368,6 @@ class DirtyJobState(models.Model):
     schema_version = models.SmallIntegerField(default=1)
     threshold = models.IntegerField()
     dirty = models.BooleanField(default=False)
-    #: False once something could not be tracked (the evaluation is then UNKNOWN, not CLEAN).
-    tracking_complete = models.BooleanField(default=True)
-    incomplete_reason = models.TextField(blank=True, default="")
     recovery_attempt_count = models.IntegerField(default=0)
     recovery_episode_count = models.IntegerField(default=0)
     member_loss_incident_count = models.IntegerField(default=0)

@@ -212,8 +212,6 @@ class Migration(migrations.Migration):
                 ("schema_version", models.SmallIntegerField(default=1)),
                 ("threshold", models.IntegerField()),
                 ("dirty", models.BooleanField(default=False)),
-                ("tracking_complete", models.BooleanField(default=True)),
-                ("incomplete_reason", models.TextField(blank=True, default="")),
                 ("recovery_attempt_count", models.IntegerField(default=0)),
                 ("recovery_episode_count", models.IntegerField(default=0)),
                 ("member_loss_incident_count", models.IntegerField(default=0)),
