@@ -101,6 +101,17 @@ def _seconds(value: float):
     return timedelta(seconds=value)
 
 
+def stopping_task_groups():
+    """Live task groups to cancel: those of CANCELING / FAILING jobs, and the rest of a FAILING
+    pipeline (e.g. one about to restore)."""
+    stopping = Q(job__status__in=[JobStatus.CANCELING, JobStatus.FAILING]) | Q(
+        pipeline__status=ExecutionStatus.FAILING
+    )
+    return TaskGroup.objects.filter(stopping, member__state=MemberState.ALIVE).exclude(
+        status__in=EXECUTION_TERMINAL
+    )
+
+
 class CancelSender:
     """Sends cancel commands to task groups of CANCELING / FAILING jobs until they end."""
 
@@ -108,13 +119,10 @@ class CancelSender:
         self.sent: dict[tuple[int, int], float] = {}
 
     def step(self, epoch: int) -> bool:
-        stopping = Q(job__status__in=[JobStatus.CANCELING, JobStatus.FAILING]) | Q(
-            pipeline__status=ExecutionStatus.FAILING  # e.g. the rest of a restoring pipeline
-        )
         groups = list(
-            TaskGroup.objects.filter(stopping, member__state=MemberState.ALIVE)
-            .exclude(status__in=EXECUTION_TERMINAL)
-            .values_list("id", "attempt", "member__name", "member__uuid")[:500]
+            stopping_task_groups().values_list("id", "attempt", "member__name", "member__uuid")[
+                :500
+            ]
         )
         now = time.monotonic()
         due = [g for g in groups if now - self.sent.get((g[0], g[1]), 0) >= CANCEL_RESEND]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 
 from django.db import transaction
-from django.db.models import Q
 
 from engine import dirty, lifecycle, membership, orchestration, recovery
 from engine.jobs import submit_job
@@ -119,12 +118,7 @@ class Engine:
     def stop_failing(self) -> None:
         """Members act on the cancel commands (engine.orchestration.CancelSender): the task
         groups of stopping jobs and of FAILING pipelines end CANCELED."""
-        stopping = Q(job__status__in=[JobStatus.CANCELING, JobStatus.FAILING]) | Q(
-            pipeline__status=ExecutionStatus.FAILING
-        )
-        for group in TaskGroup.objects.filter(stopping, member__state=MemberState.ALIVE).exclude(
-            status__in=["FINISHED", "FAILED", "CANCELED", "CREATED"]
-        ):
+        for group in orchestration.stopping_task_groups().order_by("id"):
             lifecycle.finish_task_group(
                 group.id, group.attempt, group.member_id, ExecutionStatus.CANCELED
             )
