@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
-import urllib.request
 
 import pytest
 
 from tests.clusterkit import wait_for
+from tests.test_jobs_cluster import submit
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = pytest.mark.cluster
@@ -64,20 +63,11 @@ def test_operator_logs_in_and_watches_a_worker_die(healthy, browser):
         what="the dashboard to show the worker REMOVED",
     )
     # A job submitted over the API shows up, live, and finishes with its row count.
-    body = json.dumps(
-        {
-            "config": "env { job.name = browser-job }\n"
-            "source { FakeSource { row.num = 321 } }\nsink { Blackhole {} }"
-        }
+    submit(
+        healthy,
+        "env { job.name = browser-job }\nsource { FakeSource { row.num = 321 } }\n"
+        "sink { Blackhole {} }",
     )
-    request = urllib.request.Request(
-        f"{base}/api/v1/jobs",
-        data=body.encode(),
-        method="POST",
-        headers={"Authorization": f"Token {healthy.token}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as resp:
-        assert resp.status == 201
     job_row = page.locator("table.jobs tr", has_text="browser-job")
     wait_for(
         lambda: job_row.count() == 1 and "FINISHED" in job_row.inner_text(),
@@ -88,20 +78,11 @@ def test_operator_logs_in_and_watches_a_worker_die(healthy, browser):
     assert "321" in job_row.inner_text()
     # The recovery (dirty-job) badge: DISABLED without the option, CLEAN with it.
     assert "DISABLED" in job_row.inner_text()
-    body = json.dumps(
-        {
-            "config": "env { job.name = tracked-job, job.dirty-task.threshold = 2 }\n"
-            "source { FakeSource { row.num = 10 } }\nsink { Blackhole {} }"
-        }
+    submit(
+        healthy,
+        "env { job.name = tracked-job, job.dirty-task.threshold = 2 }\n"
+        "source { FakeSource { row.num = 10 } }\nsink { Blackhole {} }",
     )
-    request = urllib.request.Request(
-        f"{base}/api/v1/jobs",
-        data=body.encode(),
-        method="POST",
-        headers={"Authorization": f"Token {healthy.token}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as resp:
-        assert resp.status == 201
     tracked = page.locator("table.jobs tr", has_text="tracked-job")
     wait_for(
         lambda: tracked.count() == 1 and "FINISHED" in tracked.inner_text(),
