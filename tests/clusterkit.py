@@ -150,6 +150,18 @@ class Cluster:
         self.run("cluster", "up", *self.up_args)
         return self
 
+    def __enter__(self) -> Cluster:
+        """``with Cluster(...) as c``: up, and down again whatever happens (also if up fails
+        half way)."""
+        try:
+            return self.up()
+        except BaseException:
+            self.down()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
     def down(self) -> None:
         pids = self.pids()
         with contextlib.suppress(Exception):
@@ -214,6 +226,9 @@ class Cluster:
     def active_master(self) -> tuple[int, str] | None:
         epoch, holder, valid = self.lease()
         return (epoch, holder) if holder and valid else None
+
+    def alive_members(self) -> int:
+        return self.one("SELECT count(*) FROM engine_member WHERE state = 'ALIVE'")
 
     def member_event_sequence(self) -> int:
         return self.one("SELECT member_event_sequence FROM engine_clusterstate WHERE id = 1")

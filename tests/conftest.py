@@ -16,12 +16,8 @@ def db_template():
 def cluster(db_template):
     """A running cluster (2 masters, 2 workers, 8 fixed slots, 3 s heartbeat timeout) shared by
     a module's tests; each destructive test restores it with ``cluster.restore()`` first."""
-    c = Cluster(db_template, masters=2, workers=2, slots=8, heartbeat_timeout=3.0)
-    try:
-        c.up()
+    with Cluster(db_template, masters=2, workers=2, slots=8, heartbeat_timeout=3.0) as c:
         yield c
-    finally:
-        c.down()
 
 
 @pytest.fixture

@@ -43,12 +43,8 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture(scope="module")
 def dc(db_template):
     """3 workers of 4 fixed slots, 2 masters, 3 s heartbeat timeout."""
-    c = Cluster(db_template, masters=2, workers=3, slots=4, heartbeat_timeout=3.0)
-    try:
-        c.up()
+    with Cluster(db_template, masters=2, workers=3, slots=4, heartbeat_timeout=3.0) as c:
         yield c
-    finally:
-        c.down()
 
 
 @pytest.fixture
@@ -63,7 +59,7 @@ def quiet(dc):
         post(dc, f"/api/v1/jobs/{job_id}/cancel")
     wait_for(
         lambda: (
-            dc.one("SELECT count(*) FROM engine_member WHERE state = 'ALIVE'") == 3
+            dc.alive_members() == 3
             and dc.one(
                 "SELECT count(*) FROM engine_slot s JOIN engine_member m ON m.id = s.member_id"
                 " WHERE m.state = 'ALIVE' AND s.state = 'FREE'"
@@ -181,18 +177,10 @@ def test_kill9_of_a_member_hosting_several_pipelines_counts_one_attempt(quiet):
 def slow_heartbeat(db_template):
     """A cluster whose heartbeat timeout (12 s) outlasts a control-step re-enqueue (10 s): a
     frozen member stays ALIVE long enough to be given part of a redeployment."""
-    c = Cluster(db_template, masters=1, workers=3, slots=4, heartbeat_timeout=12.0)
-    try:
-        c.up()
+    with Cluster(db_template, masters=1, workers=3, slots=4, heartbeat_timeout=12.0) as c:
         wait_for(c.active_master, 15, what="an active master")
-        wait_for(
-            lambda: c.one("SELECT count(*) FROM engine_member WHERE state = 'ALIVE'") == 3,
-            30,
-            what="three workers",
-        )
+        wait_for(lambda: c.alive_members() == 3, 30, what="three workers")
         yield c
-    finally:
-        c.down()
 
 
 def test_a_failed_redeployment_then_another_counts_two(slow_heartbeat):
@@ -531,7 +519,7 @@ def test_an_older_member_refuses_enabling_until_every_member_upgraded(quiet):
         wait_for(lambda: not c.alive(worker), 20, what="the old worker to stop")
     c.start(worker)
     wait_for(
-        lambda: c.one("SELECT count(*) FROM engine_member WHERE state = 'ALIVE'") == 3,
+        lambda: c.alive_members() == 3,
         30,
         what="the upgraded worker",
     )

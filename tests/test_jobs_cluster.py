@@ -23,12 +23,8 @@ TERMINAL = {"FINISHED", "FAILED", "CANCELED"}
 @pytest.fixture(scope="module")
 def jc(db_template):
     """A cluster with 2 workers of 4 fixed slots each (8 slots)."""
-    c = Cluster(db_template, masters=2, workers=2, slots=4, heartbeat_timeout=3.0)
-    try:
-        c.up()
+    with Cluster(db_template, masters=2, workers=2, slots=4, heartbeat_timeout=3.0) as c:
         yield c
-    finally:
-        c.down()
 
 
 def post(c: Cluster, path: str, body: dict | None = None) -> tuple[int, dict]:

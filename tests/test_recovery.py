@@ -21,12 +21,8 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture(scope="module")
 def rc(db_template):
     """3 workers of 4 fixed slots: room to restore a pipeline after losing a worker."""
-    c = Cluster(db_template, masters=2, workers=3, slots=4, heartbeat_timeout=3.0)
-    try:
-        c.up()
+    with Cluster(db_template, masters=2, workers=3, slots=4, heartbeat_timeout=3.0) as c:
         yield c
-    finally:
-        c.down()
 
 
 def reader_member(detail: dict, index: int = 0) -> str:
