@@ -20,16 +20,19 @@ that one ``dirty.incident`` event was appended per affected job.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import statistics
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from tests.clusterkit import SERVER_URL, DatabaseTemplate
+
+if TYPE_CHECKING:
+    from tests.enginekit import Engine
 
 SIZES = (100, 1000)
 MEMBERS = 10
@@ -48,8 +51,6 @@ sink {
   Blackhole { plugin_input = b }
 }
 """
-
-_names = itertools.count(1)
 
 
 class BenchError(AssertionError):
@@ -182,26 +183,6 @@ class Commits:
         self.conn.close()
 
 
-class Members:
-    """Registered members and their membership sessions (closed at the end)."""
-
-    def __init__(self) -> None:
-        self.sessions: dict = {}
-
-    def register(self) -> int:
-        from engine import membership
-        from engine.states import SlotMode
-
-        session = membership.register_member(f"bench-member-{next(_names)}", 0, SlotMode.FIXED)
-        self.sessions[session.id] = session
-        return session.id
-
-    def close(self) -> None:
-        for session in self.sessions.values():
-            session.close()
-        self.sessions.clear()
-
-
 def affected_jobs(member_id: int) -> int:
     """Jobs the removal must register a loss for (the tracker's own definition)."""
     from engine.dirty import _NOT_AFFECTED
@@ -215,7 +196,7 @@ def affected_jobs(member_id: int) -> int:
 
 
 def timed_removal(
-    members: Members, member_id: int, jobs: int, commits: Commits, tracked: bool = True
+    engine: Engine, member_id: int, jobs: int, commits: Commits, tracked: bool = True
 ) -> tuple[float, int]:
     """Remove ``member_id`` as the active master; (seconds, affected jobs), checked (when
     ``tracked``: the baseline runs with no tracking-enabled job at all)."""
@@ -227,7 +208,7 @@ def timed_removal(
     t0 = time.perf_counter()
     removed = membership.remove_member(EPOCH, member_id, "lost in the member-loss bench")
     elapsed = time.perf_counter() - t0
-    members.sessions.pop(member_id).close()
+    engine.sessions.pop(member_id).close()
     if not removed:
         raise BenchError(f"member {member_id} was not removed")
     if not tracked:
@@ -263,14 +244,17 @@ def timed_removal(
 def measure_size(db_name: str, jobs: int) -> tuple[tuple[list[float], str], dict]:
     """(commit samples and durability, {case: [(removal seconds, affected jobs)]}) for ``jobs``
     running jobs in ``db_name``."""
-    from engine.models import ClusterState, MasterLease
 
     use_database(db_name)
-    members, commits = Members(), Commits(db_name)
+    from tests.enginekit import Engine  # after Django is set up: it imports the engine
+
+    engine, commits = Engine(epoch=EPOCH), Commits(db_name)
+
+    def register() -> int:
+        return engine.add_member(slots=0).id
+
     try:
-        MasterLease.objects.update_or_create(id=1, defaults={"epoch": EPOCH, "holder": "bench"})
-        ClusterState.objects.get_or_create(id=1)
-        ring = [members.register() for _ in range(MEMBERS)]
+        ring = [register() for _ in range(MEMBERS)]
         create_running_jobs(jobs, ring)
         spread, worst, baseline = [], [], []
         # The same removals with tracking disabled for every job: what the tracker adds.
@@ -278,8 +262,8 @@ def measure_size(db_name: str, jobs: int) -> tuple[tuple[list[float], str], dict
         sql("DELETE FROM engine_dirtyjobstate")
         for i in range(REMOVALS):
             lost = ring[i]
-            baseline.append(timed_removal(members, lost, jobs, commits, tracked=False))
-            ring[i] = members.register()
+            baseline.append(timed_removal(engine, lost, jobs, commits, tracked=False))
+            ring[i] = register()
             sql("UPDATE engine_taskgroup SET member_id = %s WHERE member_id = %s", [ring[i], lost])
         sql("INSERT INTO engine_dirtyjobstate SELECT * FROM bench_saved_states")
         sql("DROP TABLE bench_saved_states")
@@ -287,20 +271,20 @@ def measure_size(db_name: str, jobs: int) -> tuple[tuple[list[float], str], dict
         for i in range(REMOVALS):
             # A member of ten is lost; a fresh member then takes its task groups (a restore).
             lost = ring[i]
-            spread.append(timed_removal(members, lost, jobs, commits))
-            ring[i] = members.register()
+            spread.append(timed_removal(engine, lost, jobs, commits))
+            ring[i] = register()
             sql("UPDATE engine_taskgroup SET member_id = %s WHERE member_id = %s", [ring[i], lost])
         for _ in range(REMOVALS):
             # The lost member hosts one task group of every job.
-            host = members.register()
+            host = register()
             sql(
                 "UPDATE engine_taskgroup SET member_id = %s"
                 " WHERE id IN (SELECT min(id) FROM engine_taskgroup GROUP BY job_id)",
                 [host],
             )
-            worst.append(timed_removal(members, host, jobs, commits))
+            worst.append(timed_removal(engine, host, jobs, commits))
     finally:
-        members.close()
+        engine.close()
         commits.close()
     return (commits.samples, commits.durability), {
         "untracked (baseline)": baseline,
