@@ -168,7 +168,7 @@ _LOCK_AFFECTED = """
                          WHERE t.member_id = %(member)s AND t.status <> ALL(%(not_affected)s))
        {only}
      ORDER BY s.job_id
-       FOR NO KEY UPDATE OF s
+       {lock}
 """
 
 #: With the rows locked (a fresh snapshot sees their latest values): register the incidents not
@@ -316,7 +316,7 @@ def on_member_lost(member: Member, sequence: int, epoch: int | None) -> MemberLo
     try:
         with transaction.atomic(), connection.cursor() as cur:
             cur.execute(
-                _LOCK_AFFECTED.format(only="").replace("FOR NO KEY UPDATE OF s", ""),
+                _LOCK_AFFECTED.format(only="", lock=""),  # only a scan: the batch rolled back
                 {"member": member.id, "not_affected": _NOT_AFFECTED},
             )
             affected = [r[0] for r in cur.fetchall()]
@@ -369,7 +369,7 @@ def _register_losses(
     }
     with connection.cursor() as cur:
         only_sql = "" if only is None else "AND s.job_id = ANY(%(only)s)"
-        cur.execute(_LOCK_AFFECTED.format(only=only_sql), params)
+        cur.execute(_LOCK_AFFECTED.format(only=only_sql, lock="FOR NO KEY UPDATE OF s"), params)
         jobs = [r[0] for r in cur.fetchall()]
         if not jobs:
             return []
