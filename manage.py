@@ -22,14 +22,14 @@ def main() -> None:
         # A service went away mid-command: one clear line, no traceback.
         from django.conf import settings
 
-        from keel.services import EXIT_SERVICE_DOWN, postgres_error_line
+        from engine.services import EXIT_SERVICE_DOWN, postgres_error_line
 
         print(postgres_error_line(settings.DATABASE_URL, exc), file=sys.stderr)
         sys.exit(EXIT_SERVICE_DOWN)
     except (BrokerError, RedisConnectionError) as exc:
         from django.conf import settings
 
-        from keel.services import EXIT_SERVICE_DOWN, redis_error_line
+        from engine.services import EXIT_SERVICE_DOWN, redis_error_line
 
         print(redis_error_line(settings.REDIS_URL, exc), file=sys.stderr)
         sys.exit(EXIT_SERVICE_DOWN)

@@ -105,7 +105,7 @@ def create_running_jobs(count: int, members: list[int]) -> None:
     """``count`` RUNNING tracking-enabled jobs: one submitted, the rest cloned from it in SQL
     (with their DirtyJobState at the current member-event sequence); each job's task groups run
     on member ``members[job id % len(members)]``."""
-    from engine.jobs import submit_job
+    from engine.jobs.submission import submit_job
     from engine.models import DirtyJobState, Job, Pipeline, TaskGroup
 
     template = submit_job(CONFIG).id
@@ -185,13 +185,13 @@ class Commits:
 
 def affected_jobs(member_id: int) -> int:
     """Jobs the removal must register a loss for (the tracker's own definition)."""
-    from engine.dirty import _NOT_AFFECTED
+    from engine.dirty import NOT_AFFECTED
 
     return one(
         "SELECT count(DISTINCT t.job_id) FROM engine_taskgroup t"
         " JOIN engine_dirtyjobstate s ON s.job_id = t.job_id"
         " WHERE t.member_id = %s AND t.status <> ALL(%s)",
-        [member_id, list(_NOT_AFFECTED)],
+        [member_id, list(NOT_AFFECTED)],
     )
 
 
@@ -200,7 +200,7 @@ def timed_removal(
 ) -> tuple[float, int]:
     """Remove ``member_id`` as the active master; (seconds, affected jobs), checked (when
     ``tracked``: the baseline runs with no tracking-enabled job at all)."""
-    from engine import membership
+    from engine.cluster import membership
 
     commits.sample(COMMITS)
     expected = affected_jobs(member_id)

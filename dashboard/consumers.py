@@ -9,7 +9,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from engine import queries
-from engine.api.serializers import EngineEventSerializer
+from engine.api.serializers.events import EngineEventSerializer
 
 POLL_SECONDS = 0.5
 

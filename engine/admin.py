@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import EngineEvent, MasterCandidate, MasterLease, Member, Slot
+from engine.models import EngineEvent, MasterCandidate, MasterLease, Member, Slot
 
 
 @admin.register(Member)

@@ -17,8 +17,8 @@ from typing import Any
 
 from django.db import connection
 
-from .locks import EVENT_APPEND
-from .models import EngineEvent
+from engine.locks import EVENT_APPEND
+from engine.models import EngineEvent
 
 
 def append_events(events: Iterable[EngineEvent]) -> list[EngineEvent]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.db import connection
 from django.db.models import Count, Q, QuerySet, Sum
 
-from .models import EngineEvent, Job, Member, Slot, TaskGroup
-from .states import EXECUTION_TERMINAL, JobStatus, MemberState, SlotState
+from engine.models import EngineEvent, Job, Member, Slot, TaskGroup
+from engine.states import EXECUTION_TERMINAL, JobStatus, MemberState, SlotState
 
 MAX_EVENT_PAGE = 500
 
@@ -101,7 +101,7 @@ def slots() -> list[dict]:
 def recent_jobs(limit: int = 20, recovery: str | None = None) -> QuerySet[Job]:
     """The newest jobs with their row counts and dirty-job label (for the dashboard), only
     those whose label is ``recovery`` if given."""
-    from . import dirty
+    from engine import dirty
 
     jobs = dirty.annotate(
         Job.objects.annotate(

@@ -12,7 +12,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "keel.settings")
 app = Celery("keel")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_queues = [Queue("control")]
-app.autodiscover_tasks(["engine"])
+app.autodiscover_tasks(["engine.member"], related_name="handlers")
 
 
 def member_queue(member_name: str) -> str:

@@ -86,6 +86,7 @@ INSTALLED_APPS = [
     "engine",
     "history",
     "dashboard",
+    "devcluster",
 ]
 
 MIDDLEWARE = [

@@ -12,8 +12,12 @@ import itertools
 
 from django.db import transaction
 
-from engine import dirty, lifecycle, membership, orchestration, recovery
-from engine.jobs import submit_job
+from engine import dirty
+from engine.cluster import membership
+from engine.jobs import lifecycle, recovery
+from engine.jobs.scheduler import schedule_next
+from engine.jobs.submission import submit_job
+from engine.master import orchestration
 from engine.models import (
     ClusterState,
     ControlStep,
@@ -24,7 +28,6 @@ from engine.models import (
     Pipeline,
     TaskGroup,
 )
-from engine.scheduler import schedule_next
 from engine.states import ExecutionStatus, JobStatus, MemberState, SlotMode
 
 TWO_PIPELINES = """
@@ -149,7 +152,7 @@ class Engine:
         )
 
     def cancel(self, job: Job) -> None:
-        from engine.jobs import cancel_job
+        from engine.jobs.cancel import cancel_job
 
         cancel_job(job.id)
         self.stop_failing()

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from engine import checkpoints
-from engine.jobs import submit_job
+from engine.jobs import checkpoints
+from engine.jobs.submission import submit_job
 from engine.models import Checkpoint, ClusterState, MasterLease, Pipeline, TaskCheckpoint, TaskGroup
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -155,7 +155,7 @@ def test_member_event_sequence_rises_once_with_masters_racing(healthy):
     script = (
         "import django, sys, time; django.setup()\n"
         "from engine.models import Member\n"
-        "from engine.membership import remove_member\n"
+        "from engine.cluster.membership import remove_member\n"
         "from engine.fencing import StaleEpoch\n"
         "print('ready', flush=True)\n"
         "deadline = time.monotonic() + 30\n"
@@ -291,7 +291,7 @@ def test_member_queue_reaches_that_members_celery_worker(healthy):
     """Commands travel over Celery on ``member.<name>`` to that member, and only that one."""
     script = (
         "import django, json, sys; django.setup()\n"
-        "from engine.tasks import member_ping\n"
+        "from engine.member.handlers import member_ping\n"
         "from keel.celery import member_queue\n"
         "r = member_ping.apply_async(args=[sys.argv[1]], queue=member_queue(sys.argv[1]))\n"
         "print(json.dumps(r.get(timeout=20)))\n"

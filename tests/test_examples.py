@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from engine.planner import plan_job
-from keel.examples import DEMO_SET, EXAMPLES_DIR, example_files, prepare_examples_db
+from devcluster.examples import DEMO_SET, EXAMPLES_DIR, example_files, prepare_examples_db
+from engine.jobs.planner import plan_job
 from tests.clusterkit import ROOT, RUN, SERVER_URL, Cluster, admin_conn
 
 

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection, connections
 
-from engine.election import Leadership
+from engine.cluster.election import Leadership
 from engine.events import append_event
 from engine.fencing import StaleEpoch, fenced
 from engine.models import ClusterState, EngineEvent, MasterLease

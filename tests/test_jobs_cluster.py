@@ -294,8 +294,8 @@ def test_lost_deploy_commands_are_redelivered(jc):
     script = (
         "import django, sys; django.setup()\n"
         "from django.db import transaction\n"
-        "from engine.jobs import submit_job\n"
-        "from engine.scheduler import schedule_next\n"
+        "from engine.jobs.submission import submit_job\n"
+        "from engine.jobs.scheduler import schedule_next\n"
         "with transaction.atomic():  # the real master cannot see the job before it is ours\n"
         "    job = submit_job(sys.stdin.read())\n"
         "    assert schedule_next(int(sys.argv[1]))\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.membership import (
+from engine.cluster.membership import (
     MemberFenced,
     find_dead_members,
     leave,

@@ -1,9 +1,12 @@
+"""Query filters of the list endpoints."""
+
 from __future__ import annotations
 
 import django_filters
 
-from engine.models import Member
-from engine.states import MemberState
+from engine import dirty as dirty_tracking
+from engine.models import Job, Member
+from engine.states import JobStatus, MemberState
 
 
 class MemberFilter(django_filters.FilterSet):
@@ -12,3 +15,18 @@ class MemberFilter(django_filters.FilterSet):
     class Meta:
         model = Member
         fields = ["state"]
+
+
+class JobFilter(django_filters.FilterSet):
+    jobStatus = django_filters.ChoiceFilter(field_name="status", choices=JobStatus.choices)
+    dirty = django_filters.BooleanFilter(method="filter_dirty", label="dirty")
+    evaluationStatus = django_filters.ChoiceFilter(
+        field_name="dirty_evaluation", choices=[(e, e) for e in dirty_tracking.EVALUATIONS]
+    )
+
+    class Meta:
+        model = Job
+        fields = ["jobStatus", "dirty", "evaluationStatus"]
+
+    def filter_dirty(self, queryset, name, value):
+        return queryset if value is None else queryset.filter(dirty_tracking.dirty_filter(value))

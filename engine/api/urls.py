@@ -1,21 +1,23 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from . import jobs, views
+from engine.api.views import checkpoints, cluster, episodes, events, jobs
 
 urlpatterns = [
-    path("overview", views.OverviewView.as_view(), name="api-overview"),
-    path("members", views.MemberListView.as_view(), name="api-members"),
-    path("slots", views.SlotListView.as_view(), name="api-slots"),
-    path("events", views.EventListView.as_view(), name="api-events"),
+    path("overview", cluster.OverviewView.as_view(), name="api-overview"),
+    path("members", cluster.MemberListView.as_view(), name="api-members"),
+    path("slots", cluster.SlotListView.as_view(), name="api-slots"),
+    path("events", events.EventListView.as_view(), name="api-events"),
     path("jobs", jobs.JobListView.as_view(), name="api-jobs"),
     path("jobs/<int:job_id>", jobs.JobDetailView.as_view(), name="api-job"),
     path(
         "jobs/<int:job_id>/checkpoints",
-        jobs.JobCheckpointListView.as_view(),
+        checkpoints.JobCheckpointListView.as_view(),
         name="api-job-checkpoints",
     ),
-    path("jobs/<int:job_id>/episodes", jobs.JobEpisodeListView.as_view(), name="api-job-episodes"),
+    path(
+        "jobs/<int:job_id>/episodes", episodes.JobEpisodeListView.as_view(), name="api-job-episodes"
+    ),
     path("jobs/<int:job_id>/cancel", jobs.JobCancelView.as_view(), name="api-job-cancel"),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
 ]

@@ -8,8 +8,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from engine.dbsession import configure_engine_sessions
-from engine.master import Master, MasterOptions
-from keel.services import require_services
+from engine.master.loop import Master, MasterOptions
+from engine.services import require_services
 
 
 class Command(BaseCommand):

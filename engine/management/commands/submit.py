@@ -10,10 +10,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Sum
 
 from engine.jobconfig import ConfigError
-from engine.jobs import submit_job
+from engine.jobs.submission import submit_job
 from engine.models import Job, TaskGroup
+from engine.services import require_services
 from engine.states import JOB_TERMINAL, JobStatus
-from keel.services import require_services
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from keel.services import require_services
+from engine.services import require_services
 
 
 class Command(BaseCommand):

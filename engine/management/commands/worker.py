@@ -8,9 +8,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from engine.dbsession import configure_engine_sessions
+from engine.member.worker import Worker, WorkerOptions
+from engine.services import require_services
 from engine.states import SlotMode
-from engine.worker import Worker, WorkerOptions
-from keel.services import require_services
 
 
 class Command(BaseCommand):

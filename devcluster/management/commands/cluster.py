@@ -1,0 +1,96 @@
+"""``manage.py cluster up|status|kill|stop|start|down`` (``./run cluster ...``)."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+from django.core.management.base import BaseCommand, CommandError
+
+from devcluster.localcluster import ClusterError, ClusterSpec, LocalCluster
+from engine.services import require_services
+
+
+class Command(BaseCommand):
+    help = "Manage the local cluster: web, masters and workers as background processes"
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        up = sub.add_parser("up", help="start the cluster and wait until it is healthy")
+        up.add_argument("--masters", type=int, default=2)
+        up.add_argument("--workers", type=int, default=2)
+        up.add_argument("--slots", type=int, default=8)
+        mode = up.add_mutually_exclusive_group()
+        mode.add_argument("--fixed-slots", dest="slot_mode", action="store_const", const="FIXED")
+        mode.add_argument(
+            "--dynamic-slots", dest="slot_mode", action="store_const", const="DYNAMIC"
+        )
+        up.set_defaults(slot_mode="FIXED")
+        up.add_argument("--heartbeat-timeout", type=float, default=5.0, metavar="SECONDS")
+        up.add_argument("--port", type=int, default=8000)
+        up.add_argument(
+            "--timeout",
+            type=float,
+            default=90.0,
+            help="seconds to wait for the cluster to become healthy",
+        )
+        sub.add_parser("status", help="JSON: each process's name, pid and whether it is alive")
+        for action, text in (
+            ("kill", "SIGKILL a process"),
+            ("stop", "SIGTERM a process"),
+            ("start", "start a process that is not running"),
+        ):
+            p = sub.add_parser(action, help=text)
+            p.add_argument("name")
+        sub.add_parser("down", help="stop every process of the cluster")
+
+    def handle(self, *args, **opts):
+        cluster = LocalCluster()
+        action = opts["action"]
+        try:
+            if action == "up":
+                self.up(cluster, opts)
+            elif action == "status":
+                self.stdout.write(json.dumps(cluster.status(), indent=2))
+            elif action == "kill":
+                pid = cluster.signal(opts["name"], signal.SIGKILL)
+                cluster.wait_exit(opts["name"], 5)
+                self.stdout.write(f"killed {opts['name']} (pid {pid})")
+            elif action == "stop":
+                pid = cluster.signal(opts["name"], signal.SIGTERM)
+                if not cluster.wait_exit(opts["name"], 30):
+                    raise CommandError(f"{opts['name']} (pid {pid}) did not stop within 30s")
+                self.stdout.write(f"stopped {opts['name']} (pid {pid})")
+            elif action == "start":
+                require_services()
+                pid = cluster.start(opts["name"])
+                self.stdout.write(f"started {opts['name']} (pid {pid})")
+            elif action == "down":
+                cluster.down()
+                self.stdout.write("cluster down")
+        except ClusterError as exc:
+            raise CommandError(str(exc)) from None
+
+    def up(self, cluster: LocalCluster, opts) -> None:
+        for key in ("masters", "workers"):
+            if opts[key] < 1:
+                raise CommandError(f"--{key} must be at least 1")
+        if opts["slots"] < 0:
+            raise CommandError("--slots must be 0 or more")
+        if opts["heartbeat_timeout"] <= 0:
+            raise CommandError("--heartbeat-timeout must be positive")
+        require_services()
+        spec = ClusterSpec.build(
+            masters=opts["masters"],
+            workers=opts["workers"],
+            slots=opts["slots"],
+            slot_mode=opts["slot_mode"],
+            heartbeat_timeout=opts["heartbeat_timeout"],
+            port=opts["port"],
+        )
+        cluster.up(spec, timeout=opts["timeout"])
+        self.stdout.write(
+            f"cluster up: web http://127.0.0.1:{spec.port}/, {spec.masters} masters, "
+            f"{spec.workers} workers ({spec.slots} {spec.slot_mode.lower()} slots each); "
+            f"API token in {cluster.dir.parent / 'api-token'}"
+        )

@@ -1,0 +1,87 @@
+"""``manage.py demo`` (``./run demo``): a local cluster to look at, until Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from devcluster.examples import DEMO_SET, EXAMPLES_DIR, prepare_examples_db
+from devcluster.localcluster import ClusterError, ClusterSpec, LocalCluster, ensure_admin
+from engine.jobconfig import ConfigError
+from engine.jobs.submission import submit_job
+from engine.services import require_services
+
+
+class Command(BaseCommand):
+    help = "Start a local cluster (web, 2 masters, 3 workers) and run it until Ctrl-C"
+
+    def add_arguments(self, parser):
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--masters", type=int, default=2)
+        parser.add_argument("--workers", type=int, default=3)
+        parser.add_argument("--slots", type=int, default=8)
+
+    def submit_examples(self) -> str:
+        """Submit the representative set of example jobs; a line saying what went in."""
+        prepare_examples_db(settings.DATABASE_URL)
+        done = []
+        for name in DEMO_SET:
+            path = EXAMPLES_DIR / name
+            try:
+                job = submit_job(path.read_text(encoding="utf-8"))
+            except ConfigError as exc:
+                self.stderr.write(f"example {name} was not submitted: {exc}")
+                continue
+            done.append(f"{job.id} {job.name}")
+        return ", ".join(done) or "none"
+
+    def handle(self, *args, **opts):
+        require_services()
+        cluster = LocalCluster()
+        spec = ClusterSpec.build(
+            masters=opts["masters"],
+            workers=opts["workers"],
+            slots=opts["slots"],
+            slot_mode="FIXED",
+            heartbeat_timeout=settings.ENGINE["heartbeat-timeout"],
+            port=opts["port"],
+        )
+        stop = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+        try:
+            cluster.up(spec)
+        except ClusterError as exc:
+            raise CommandError(str(exc)) from None
+        try:
+            username, password, token = ensure_admin(cluster.dir.parent)
+            submitted = self.submit_examples()
+            self.stdout.write(
+                "\n".join(
+                    [
+                        "",
+                        "Keel demo cluster is up.",
+                        f"  Dashboard:  http://127.0.0.1:{spec.port}/",
+                        f"  Login:      {username} / {password}",
+                        f"  API token:  {token}   (also in {cluster.dir.parent / 'api-token'})",
+                        f"  Try:        curl -H 'Authorization: Token {token}' "
+                        f"http://127.0.0.1:{spec.port}/api/v1/overview",
+                        f"  Processes:  {', '.join(p.name for p in spec.processes)} "
+                        f"(logs in {cluster.dir})",
+                        f"  Jobs:       {submitted}",
+                        "  Submit:     ./run submit examples/fake_to_blackhole.batch.conf --wait",
+                        "Press Ctrl-C to stop everything.",
+                        "",
+                    ]
+                )
+            )
+            self.stdout.flush()
+            while not stop.wait(1.0):
+                pass
+        finally:
+            self.stdout.write("stopping the demo cluster...")
+            cluster.down()
+            self.stdout.write("demo stopped")

@@ -1,0 +1,147 @@
+"""Serializers of jobs: submission, lists and detail with pipelines and task groups."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from engine import dirty as dirty_tracking
+from engine.api.serializers.checkpoints import CheckpointSummarySerializer
+from engine.api.serializers.cluster import MemberRefSerializer
+from engine.api.serializers.dirty import DirtyTaskListSerializer, DirtyTaskSerializer
+from engine.models import Checkpoint, Job, TaskGroup
+from engine.states import JobStatus
+
+MAX_CONFIG_BYTES = 1_000_000
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    config = serializers.CharField(
+        trim_whitespace=False,
+        max_length=MAX_CONFIG_BYTES,
+        help_text="the job config, HOCON or JSON",
+    )
+    jobName = serializers.CharField(required=False, allow_blank=False, max_length=200)
+
+
+class JobCreatedSerializer(serializers.Serializer):
+    jobId = serializers.IntegerField()
+    jobName = serializers.CharField()
+    jobStatus = serializers.ChoiceField(choices=JobStatus.choices)
+
+
+class JobSummarySerializer(serializers.ModelSerializer):
+    jobId = serializers.IntegerField(source="id")
+    jobName = serializers.CharField(source="name")
+    jobStatus = serializers.ChoiceField(source="status", choices=JobStatus.choices)
+    createTime = serializers.DateTimeField(source="created_at")
+    finishTime = serializers.DateTimeField(source="finished_at", allow_null=True)
+    dirtyTask = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = ["jobId", "jobName", "jobStatus", "createTime", "finishTime", "dirtyTask"]
+
+    @extend_schema_field(DirtyTaskListSerializer)
+    def get_dirtyTask(self, job: Job) -> dict:
+        return dirty_tracking.list_summary(job.dirty_evaluation, job.dirty_attempts)
+
+
+class MetricsSerializer(serializers.Serializer):
+    sourceReceivedCount = serializers.IntegerField()
+    sinkWriteCount = serializers.IntegerField()
+    rowsPerSecond = serializers.FloatField()
+
+
+class SlotRefSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    sequence = serializers.IntegerField()
+
+
+class TaskGroupSerializer(serializers.ModelSerializer):
+    taskGroupId = serializers.IntegerField(source="id")
+    member = MemberRefSerializer(allow_null=True)
+    slot = SlotRefSerializer(allow_null=True)
+    errorMsg = serializers.CharField(source="error_msg")
+    metrics = serializers.SerializerMethodField()
+
+    class Meta:
+        model = TaskGroup
+        fields = [
+            "taskGroupId",
+            "kind",
+            "index",
+            "status",
+            "attempt",
+            "member",
+            "slot",
+            "errorMsg",
+            "metrics",
+        ]
+
+    @extend_schema_field(MetricsSerializer)
+    def get_metrics(self, group: TaskGroup) -> dict:
+        return {
+            "sourceReceivedCount": group.source_received,
+            "sinkWriteCount": group.sink_written,
+            "rowsPerSecond": round(group.rows_per_second, 1),
+        }
+
+
+class PipelineSerializer(serializers.Serializer):
+    pipelineId = serializers.IntegerField(source="index")
+    status = serializers.CharField()
+    restoreCount = serializers.IntegerField(source="restore_count")
+    errorMsg = serializers.CharField(source="error_msg")
+    taskGroups = TaskGroupSerializer(source="task_groups.all", many=True)
+
+
+class JobDetailSerializer(JobSummarySerializer):
+    errorMsg = serializers.CharField(source="error_msg")
+    envOptions = serializers.JSONField(source="env")
+    slotsNeeded = serializers.IntegerField(source="slots_needed")
+    pipelines = PipelineSerializer(many=True)
+    metrics = serializers.SerializerMethodField()
+    checkpoints = serializers.SerializerMethodField()
+
+    class Meta(JobSummarySerializer.Meta):
+        fields = [
+            *JobSummarySerializer.Meta.fields,
+            "errorMsg",
+            "envOptions",
+            "slotsNeeded",
+            "pipelines",
+            "metrics",
+            "checkpoints",
+        ]
+
+    @extend_schema_field(DirtyTaskSerializer)
+    def get_dirtyTask(self, job: Job) -> dict:
+        return dirty_tracking.job_summary(job)
+
+    @extend_schema_field(CheckpointSummarySerializer)
+    def get_checkpoints(self, job: Job) -> dict:
+        pipelines = job.pipelines.all()
+        latest = (
+            Checkpoint.objects.filter(job=job, state=Checkpoint.State.COMPLETED)
+            .order_by("-id")
+            .values("id", "ended_at")
+            .first()
+        )
+        return {
+            "completed": sum(p.checkpoints_completed for p in pipelines),
+            "failed": sum(p.checkpoints_failed for p in pipelines),
+            "latestId": latest["id"] if latest else None,
+            "latestAt": latest["ended_at"] if latest else None,
+        }
+
+    @extend_schema_field(MetricsSerializer)
+    def get_metrics(self, job: Job) -> dict:
+        groups = [g for p in job.pipelines.all() for g in p.task_groups.all()]
+        return {
+            "sourceReceivedCount": sum(g.source_received for g in groups),
+            "sinkWriteCount": sum(g.sink_written for g in groups),
+            "rowsPerSecond": round(
+                sum(g.rows_per_second for g in groups if g.status == "RUNNING"), 1
+            ),
+        }

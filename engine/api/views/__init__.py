@@ -1,0 +1,1 @@
+"""API views, one module per resource: thin, they validate and call the engine."""

@@ -1,0 +1,78 @@
+"""Job endpoints: submit, list, detail, cancel. Views validate and call engine.jobs."""
+
+from __future__ import annotations
+
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from engine import dirty as dirty_tracking
+from engine.api.filters import JobFilter
+from engine.api.pagination import JobPagination
+from engine.api.serializers.jobs import (
+    JobCreatedSerializer,
+    JobDetailSerializer,
+    JobSubmitSerializer,
+    JobSummarySerializer,
+)
+from engine.jobconfig import ConfigError
+from engine.jobs.cancel import JobStateError, cancel_job
+from engine.jobs.submission import submit_job
+from engine.models import Job, TaskGroup
+
+
+class JobListView(generics.ListAPIView):
+    """Jobs, newest first; ``?jobStatus=``, ``?dirty=`` and ``?evaluationStatus=`` filter.
+    POST submits a job."""
+
+    serializer_class = JobSummarySerializer
+    filterset_class = JobFilter
+    pagination_class = JobPagination
+
+    def get_queryset(self):
+        return dirty_tracking.annotate(Job.objects.order_by("-id"))
+
+    @extend_schema(
+        request=JobSubmitSerializer,
+        responses={201: JobCreatedSerializer},
+        operation_id="jobs_submit",
+    )
+    def post(self, request: Request) -> Response:
+        body = JobSubmitSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            job = submit_job(body.validated_data["config"], body.validated_data.get("jobName"))
+        except ConfigError as exc:
+            raise ValidationError({"errors": exc.errors}) from None
+        return Response(
+            {"jobId": job.id, "jobName": job.name, "jobStatus": job.status},
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class JobDetailView(generics.RetrieveAPIView):
+    serializer_class = JobDetailSerializer
+    lookup_url_kwarg = "job_id"
+
+    def get_queryset(self):
+        groups = TaskGroup.objects.select_related("member", "slot").order_by("kind", "index")
+        return Job.objects.prefetch_related(Prefetch("pipelines__task_groups", queryset=groups))
+
+
+class JobCancelView(APIView):
+    @extend_schema(request=None, responses={202: JobCreatedSerializer}, operation_id="jobs_cancel")
+    def post(self, request: Request, job_id: int) -> Response:
+        get_object_or_404(Job, id=job_id)
+        try:
+            job = cancel_job(job_id)
+        except JobStateError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(
+            {"jobId": job.id, "jobName": job.name, "jobStatus": job.status},
+            status=status.HTTP_202_ACCEPTED,
+        )

@@ -1,0 +1,1 @@
+"""The cluster: active-master election, membership and slots."""

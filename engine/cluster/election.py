@@ -1,0 +1,279 @@
+"""Active-master election through PostgreSQL.
+
+Leadership is the session advisory lock ``LEADERSHIP`` held on a dedicated connection, plus the
+lease row (``MasterLease``) whose epoch is the fencing token. Why both (docs/decisions/0001):
+
+- the lock gives fast failover: when an active master dies its socket closes, PostgreSQL ends its
+  session and frees the lock at once; a standby polling ``pg_try_advisory_lock`` takes it at once;
+- the lease covers what the lock cannot see: a master that is frozen (SIGSTOP) or behind a
+  half-open connection keeps its session and lock. Once its lease has expired by the database's
+  clock, a standby ends that session (``pg_terminate_backend``, only if it really is the holder's
+  lock session) and takes the lock;
+- the epoch makes the old master harmless whatever it believes: every master write is fenced.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+from django.db import connection, transaction
+
+from engine.dbsession import connect_dedicated
+from engine.events import append_event
+from engine.fencing import StaleEpoch, fenced
+from engine.locks import LEADERSHIP
+from engine.models import MasterCandidate
+from engine.protocol import PROTOCOL_VERSION
+from engine.states import CandidateState
+
+log = logging.getLogger("keel.election")
+
+
+def lock_application_name(master_name: str) -> str:
+    return f"keel-lock:{master_name}"
+
+
+class LeadershipLost(Exception):
+    """The session that held the leadership lock is gone."""
+
+
+@dataclass
+class Term:
+    epoch: int
+    since: datetime
+
+
+class Leadership:
+    """One master process's view of leadership: campaign, renew, resign."""
+
+    def __init__(self, name: str, lease_timeout: float) -> None:
+        self.name = name
+        self.lease_timeout = lease_timeout
+        self.term: Term | None = None
+        self._lock_conn: psycopg.Connection | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.term is not None
+
+    @property
+    def epoch(self) -> int | None:
+        return self.term.epoch if self.term else None
+
+    # -- the dedicated lock session ---------------------------------------------------------
+
+    def _lock_session(self) -> psycopg.Connection:
+        if self._lock_conn is None or self._lock_conn.closed:
+            self._lock_conn = connect_dedicated(lock_application_name(self.name))
+        return self._lock_conn
+
+    def _drop_lock_session(self) -> None:
+        conn, self._lock_conn = self._lock_conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                log.debug("closing lock session failed", exc_info=True)
+
+    def _try_lock(self) -> bool:
+        try:
+            row = self._lock_session().execute("SELECT pg_try_advisory_lock(%s, %s)", LEADERSHIP)
+            return bool(row.fetchone()[0])
+        except psycopg.Error as exc:
+            self._drop_lock_session()
+            raise LeadershipLost(f"lock session: {exc}".strip()) from exc
+
+    def _end_expired_holder(self) -> bool:
+        """End the sessions of a holder whose lease has expired; True if its lock session ended.
+
+        Only a backend that really holds the leadership lock (pg_locks) and carries the
+        holder's lock application_name is ended: never a recycled pid, never our own session.
+        The holder's Django sessions go too, so none of them keeps a row lock.
+        """
+        try:
+            row = (
+                self._lock_session()
+                .execute(
+                    """
+                WITH holder AS (
+                    SELECT a.pid, l.holder
+                      FROM engine_masterlease l
+                      JOIN pg_stat_activity a
+                        ON a.pid = l.lock_backend_pid
+                       AND a.application_name = left('keel-lock:' || l.holder, 63)
+                       AND a.datname = current_database()
+                       AND a.pid <> pg_backend_pid()
+                      JOIN pg_locks k
+                        ON k.pid = a.pid AND k.locktype = 'advisory' AND k.granted
+                       AND k.classid = %s AND k.objid = %s AND k.objsubid = 2
+                     WHERE l.id = 1 AND l.holder <> '' AND l.expires_at < clock_timestamp()
+                )
+                SELECT pg_terminate_backend(h.pid, 1000),
+                       (SELECT count(pg_terminate_backend(a.pid))
+                          FROM pg_stat_activity a
+                         WHERE a.datname = current_database()
+                           AND a.application_name LIKE 'keel:' || h.holder || ':%%')
+                  FROM holder h
+                """,
+                    LEADERSHIP,
+                )
+                .fetchone()
+            )
+        except psycopg.Error as exc:
+            self._drop_lock_session()
+            raise LeadershipLost(f"lock session: {exc}".strip()) from exc
+        if row and row[0]:
+            log.warning("lease of the active master expired: ended its sessions")
+            return True
+        return False
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def campaign(self) -> bool:
+        """Standby step: take leadership if it is free; True when this process became active."""
+        if self.active:
+            return False
+        if not self._try_lock():
+            if not self._end_expired_holder() or not self._try_lock():
+                return False
+        try:
+            self.term = self._take_over()
+        except BaseException:
+            self._drop_lock_session()  # releases the lock
+            raise
+        log.info("%s is the active master with epoch %s", self.name, self.term.epoch)
+        return True
+
+    def _take_over(self) -> Term:
+        lock_pid = self._lock_session().info.backend_pid
+        with transaction.atomic():
+            with connection.cursor() as cur:
+                # Waits for fenced transactions of the previous epoch (FOR KEY SHARE) to finish;
+                # a frozen one is ended by idle_in_transaction_session_timeout.
+                cur.execute("SET LOCAL lock_timeout = '1000ms'")
+                cur.execute("SELECT epoch FROM engine_masterlease WHERE id = 1 FOR UPDATE")
+                cur.execute(
+                    """
+                    UPDATE engine_masterlease
+                       SET epoch = epoch + 1, holder = %s, lock_backend_pid = %s,
+                           since = clock_timestamp(), renewed_at = clock_timestamp(),
+                           expires_at = clock_timestamp() + make_interval(secs => %s)
+                     WHERE id = 1
+                 RETURNING epoch, since
+                    """,
+                    [self.name, lock_pid, self.lease_timeout],
+                )
+                epoch, since = cur.fetchone()
+            append_event(
+                "master.elected",
+                epoch=epoch,
+                payload={"master": self.name, "pid": os.getpid(), "host": socket.gethostname()},
+            )
+        return Term(epoch=epoch, since=since)
+
+    def renew(self) -> None:
+        """Active step: prove the lock session is alive and extend the lease under our epoch.
+
+        Raises StaleEpoch when another master has taken over, and psycopg/Django errors when the
+        lock session is gone; either way the caller steps down.
+        """
+        assert self.term is not None
+        with connection.cursor() as cur:
+            cur.execute(
+                """
+                UPDATE engine_masterlease
+                   SET renewed_at = clock_timestamp(),
+                       expires_at = clock_timestamp() + make_interval(secs => %s)
+                 WHERE id = 1 AND epoch = %s AND holder = %s
+                """,
+                [self.lease_timeout, self.term.epoch, self.name],
+            )
+            renewed = cur.rowcount
+        if renewed != 1:
+            raise StaleEpoch(self.term.epoch, _read_epoch())
+        conn = self._lock_conn
+        if conn is None or conn.closed:
+            raise LeadershipLost("the leadership lock session is closed")
+        try:
+            conn.execute("SELECT 1")  # raises if PostgreSQL ended the session (lock gone)
+        except psycopg.Error as exc:
+            raise LeadershipLost(f"the leadership lock session ended: {exc}".strip()) from exc
+
+    def resign(self) -> None:
+        """Hand over at once (SIGTERM): expire our lease, then free the lock."""
+        if self.term is not None:
+            try:
+                with fenced(self.term.epoch):
+                    with connection.cursor() as cur:
+                        cur.execute("UPDATE engine_masterlease SET expires_at = now() WHERE id = 1")
+                    append_event(
+                        "master.resigned", epoch=self.term.epoch, payload={"master": self.name}
+                    )
+            except Exception:
+                log.warning("could not record the resignation", exc_info=True)
+        self.step_down()
+
+    def step_down(self) -> None:
+        if self.term is not None:
+            log.warning("%s steps down from epoch %s", self.name, self.term.epoch)
+        self.term = None
+        self._drop_lock_session()
+
+
+def _read_epoch() -> int | None:
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SELECT epoch FROM engine_masterlease WHERE id = 1")
+            row = cur.fetchone()
+        return row[0] if row else None
+    except Exception:
+        return None
+
+
+def record_candidate(
+    name: str,
+    leadership: Leadership,
+    *,
+    rejected_epoch: int | None = None,
+    state: str | None = None,
+) -> None:
+    """Upsert this master's own candidate row (not a fenced write: it is the process's own)."""
+    if state is None:
+        state = CandidateState.ACTIVE if leadership.active else CandidateState.STANDBY
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            INSERT INTO engine_mastercandidate
+                   (name, pid, host, state, epoch, started_at, last_seen, fenced_rejections,
+                    last_rejected_epoch, protocol_version)
+            VALUES (%(name)s, %(pid)s, %(host)s, %(state)s, %(epoch)s, now(), now(),
+                    %(rej)s, %(rej_epoch)s, %(protocol)s)
+            ON CONFLICT (name) DO UPDATE
+               SET pid = EXCLUDED.pid, host = EXCLUDED.host, state = EXCLUDED.state,
+                   epoch = EXCLUDED.epoch, last_seen = now(),
+                   protocol_version = EXCLUDED.protocol_version,
+                   started_at = CASE WHEN engine_mastercandidate.pid = EXCLUDED.pid
+                                     THEN engine_mastercandidate.started_at ELSE now() END,
+                   fenced_rejections = engine_mastercandidate.fenced_rejections + %(rej)s,
+                   last_rejected_epoch = COALESCE(%(rej_epoch)s,
+                                                  engine_mastercandidate.last_rejected_epoch)
+            """,
+            {
+                "name": name,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "state": state,
+                "epoch": leadership.epoch,
+                "rej": 1 if rejected_epoch is not None else 0,
+                "rej_epoch": rejected_epoch,
+                "protocol": PROTOCOL_VERSION,
+            },
+        )
+
+
+__all__ = ["Leadership", "LeadershipLost", "MasterCandidate", "StaleEpoch", "record_candidate"]

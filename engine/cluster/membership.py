@@ -1,0 +1,264 @@
+"""Cluster membership: members join, heartbeat, leave; the active master removes dead ones.
+
+A member's liveness has two signals (docs/decisions/0003-member-liveness.md):
+- its membership session holds the advisory lock ``(MEMBER_NAMESPACE, member.id)``. A crashed
+  worker's socket closes, PostgreSQL ends the session and the lock disappears at once, so a
+  kill -9 is seen on the master's next sweep (every 200 ms), not after the heartbeat timeout;
+- the heartbeat, written every ``engine.heartbeat-interval`` on that same session, covers what the
+  lock cannot see: a frozen process (SIGSTOP) or a half-open connection keeps its session.
+Every removal or leave increments the global member-event sequence exactly once: the state change
+is a conditional update whose row count is checked, in the transaction that bumps the sequence.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid as uuidlib
+from dataclasses import dataclass
+
+import psycopg
+from django.db import connection, transaction
+
+from engine import dirty
+from engine.dbsession import connect_dedicated, django_application_name
+from engine.events import append_events
+from engine.fencing import fenced
+from engine.locks import EVENT_APPEND, MEMBER_NAMESPACE, member_lock_key
+from engine.models import EngineEvent, Member
+from engine.protocol import PROTOCOL_VERSION
+from engine.states import MEMBER_TRANSITIONS, MemberState, SlotMode, check_transition
+
+log = logging.getLogger("keel.membership")
+
+#: How often the active master looks for dead members (lock gone or heartbeat too old).
+SWEEP_INTERVAL = 0.2
+
+
+def member_application_name(member_uuid: uuidlib.UUID | str) -> str:
+    return f"keel-member:{member_uuid}"
+
+
+class MemberFenced(Exception):
+    """This member was removed by the cluster (or its session ended): it must exit."""
+
+
+@dataclass
+class MemberSession:
+    """A registered member and its dedicated membership session (which holds its lock)."""
+
+    id: int
+    uuid: uuidlib.UUID
+    name: str
+    conn: psycopg.Connection
+
+    def heartbeat(self) -> None:
+        """Record a heartbeat; raise MemberFenced if the cluster no longer knows us as ALIVE."""
+        try:
+            cur = self.conn.execute(
+                "UPDATE engine_member SET last_heartbeat = now() WHERE id = %s AND state = %s",
+                (self.id, MemberState.ALIVE),
+            )
+        except psycopg.Error as exc:
+            # Our membership session is gone, and with it our lock: the master treats us as
+            # dead, so we must not carry on under this identity.
+            raise MemberFenced(f"membership session lost: {exc}".strip()) from exc
+        if cur.rowcount != 1:
+            raise MemberFenced(f"member {self.uuid} is no longer ALIVE in the cluster")
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:
+            log.debug("closing membership session failed", exc_info=True)
+
+
+def register_member(
+    name: str, slots: int, slot_mode: str, address: str | None = None
+) -> MemberSession:
+    """Register a new member (fresh UUID) with its slots, holding its lock from the first instant.
+
+    The row, its slots, the ``member.joined`` event and the advisory lock are made in one
+    transaction of the membership session: no one can see the member without its lock held.
+    """
+    member_uuid = uuidlib.uuid4()
+    host = socket.gethostname()
+    pid = os.getpid()
+    address = address or f"{host}:{pid}"
+    conn = connect_dedicated(member_application_name(member_uuid))
+    try:
+        with conn.transaction():
+            member_id = conn.execute(
+                """
+                INSERT INTO engine_member
+                    (uuid, name, address, host, pid, state, slot_mode, slot_count,
+                     protocol_version, started_at, last_heartbeat, end_reason)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, now(), now(), '')
+                RETURNING id
+                """,
+                (
+                    member_uuid,
+                    name,
+                    address,
+                    host,
+                    pid,
+                    MemberState.ALIVE,
+                    slot_mode,
+                    slots,
+                    PROTOCOL_VERSION,
+                ),
+            ).fetchone()[0]
+            conn.execute("SELECT pg_advisory_lock(%s, %s)", member_lock_key(member_id))
+            if slot_mode == SlotMode.FIXED and slots > 0:
+                conn.execute(
+                    """
+                    INSERT INTO engine_slot (member_id, sequence, state)
+                    SELECT %s, s, 'FREE' FROM generate_series(1, %s) AS s
+                    """,
+                    (member_id, slots),
+                )
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", EVENT_APPEND)
+            conn.execute(
+                """
+                INSERT INTO engine_engineevent (at, kind, member_id, payload)
+                VALUES (now(), 'member.joined', %s, %s)
+                """,
+                (
+                    member_id,
+                    psycopg.types.json.Jsonb(
+                        {
+                            "uuid": str(member_uuid),
+                            "name": name,
+                            "address": address,
+                            "slotMode": slot_mode,
+                            "slots": slots,
+                            "protocolVersion": PROTOCOL_VERSION,
+                        }
+                    ),
+                ),
+            )
+    except BaseException:
+        conn.close()
+        raise
+    log.info("member %s registered as %s (%s slots, %s)", name, member_uuid, slots, slot_mode)
+    return MemberSession(id=member_id, uuid=member_uuid, name=name, conn=conn)
+
+
+def _end_membership(
+    member_id: int, state: str, kind: str, reason: str, epoch: int | None = None
+) -> Member | None:
+    """ALIVE -> ``state`` with the sequence bump and the event, inside the caller's transaction.
+
+    Returns the member if this call ended it, None if it was already ended (a no-op). The
+    dirty-job incidents of the loss are registered here too (engine.dirty), so they exist
+    before the master fails the member's task groups, and the sequence is bumped first.
+    """
+    check_transition(MEMBER_TRANSITIONS, MemberState.ALIVE, state)
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            UPDATE engine_member SET state = %s, ended_at = now(), end_reason = %s
+             WHERE id = %s AND state = %s
+            RETURNING uuid, name, address, pid
+            """,
+            [state, reason, member_id, MemberState.ALIVE],
+        )
+        row = cur.fetchone()
+        if row is None:
+            return None
+        cur.execute(
+            "UPDATE engine_clusterstate SET member_event_sequence = member_event_sequence + 1"
+            " WHERE id = 1 RETURNING member_event_sequence"
+        )
+        seq = cur.fetchone()[0]
+    member = Member(id=member_id, uuid=row[0], name=row[1], address=row[2], pid=row[3], state=state)
+    tracked = dirty.on_member_lost(member, seq, epoch)  # waits for job state rows: before...
+    append_events(
+        [
+            EngineEvent(
+                kind=kind,
+                member=member,
+                epoch=epoch,
+                payload=_member_payload(member, reason=reason, member_event_sequence=seq),
+            )
+        ]
+    )
+    tracked.append()  # ...the append lock, which the dirty.* events then share with ours
+    return member
+
+
+def leave(member_id: int, reason: str = "graceful shutdown") -> bool:
+    """A member says it is stopping (SIGTERM): LEFT at once. True if this call made it LEFT."""
+    with transaction.atomic():
+        return _end_membership(member_id, MemberState.LEFT, "member.left", reason) is not None
+
+
+def remove_member(epoch: int, member_id: int, reason: str) -> bool:
+    """Active master: mark a member REMOVED. Fenced by ``epoch``; exactly once per member."""
+    with fenced(epoch):
+        member = _end_membership(member_id, MemberState.REMOVED, "member.removed", reason, epoch)
+    if member is None:
+        return False
+    log.warning("member %s (%s) REMOVED: %s", member.name, member.uuid, reason)
+    _end_member_sessions(member)
+    return True
+
+
+def _end_member_sessions(member: Member) -> None:
+    """End every session of a removed member (its membership session and its Django sessions),
+    so a frozen member that wakes finds itself fenced and cannot finish a half-done write."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = current_database() AND application_name IN (%s, %s)
+            """,
+            [
+                member_application_name(member.uuid),
+                django_application_name(member.name, member.pid),
+            ],
+        )
+
+
+def _member_payload(member: Member, **extra) -> dict:
+    payload = {"uuid": str(member.uuid), "name": member.name, "address": member.address}
+    for key, value in extra.items():
+        parts = key.split("_")
+        payload[parts[0] + "".join(p.title() for p in parts[1:])] = value
+    return payload
+
+
+def find_dead_members(heartbeat_timeout: float) -> list[tuple[int, str]]:
+    """ALIVE members whose lock is gone or whose heartbeat is older than the timeout.
+
+    Returns (member id, reason) in id order (a deterministic order for the removals).
+    """
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT m.id,
+                   CASE WHEN l.objid IS NULL THEN 'membership session ended'
+                        ELSE 'heartbeat timeout' END
+              FROM engine_member m
+              LEFT JOIN pg_locks l
+                ON l.locktype = 'advisory'
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+               AND l.classid = %s AND l.objid::bigint = m.id AND l.objsubid = 2 AND l.granted
+             WHERE m.state = %s
+               AND (l.objid IS NULL
+                    OR m.last_heartbeat < now() - make_interval(secs => %s))
+             ORDER BY m.id
+            """,
+            [MEMBER_NAMESPACE, MemberState.ALIVE, heartbeat_timeout],
+        )
+        return [(row[0], row[1]) for row in cur.fetchall()]
+
+
+def sweep_members(epoch: int, heartbeat_timeout: float) -> int:
+    """Active-master step: remove every dead member; returns how many this call removed."""
+    removed = 0
+    for member_id, reason in find_dead_members(heartbeat_timeout):
+        if remove_member(epoch, member_id, reason):
+            removed += 1
+    return removed

@@ -1,0 +1,211 @@
+"""Deployment attempts: allocated when a pipeline restore is prepared, confirmed (and counted)
+when it reaches DEPLOYING, aborted when the restore becomes obsolete."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from engine.dirty.member_loss import merge_incidents
+from engine.dirty.tracking import (
+    UNCLASSIFIED,
+    classify_leave,
+    contained,
+    dirty_event,
+    incomplete,
+    lock_state,
+)
+from engine.models import (
+    DirtyJobState,
+    EngineEvent,
+    Job,
+    Member,
+    Pipeline,
+    RecoveryAttempt,
+    RecoveryEpisode,
+)
+
+
+def on_restore_prepared(
+    job: Job,
+    pipeline: Pipeline,
+    restore_number: int,
+    lost_member_ids: list[int],
+    epoch: int | None = None,
+) -> list[EngineEvent]:
+    """A pipeline restore is prepared (its durable restore step was just created; the job row is
+    locked by the caller): allocate the attempt ``<episode>-<pipeline>-<sequence>``, PREPARED.
+
+    Losses not registered yet (a task group deployed to a member in the instant it was removed)
+    are merged first: the incident key makes that idempotent. Never raises.
+    """
+    if job.dirty_threshold <= 0:
+        return []
+    try:
+        with transaction.atomic():
+            return _prepare(job, pipeline, restore_number, lost_member_ids, epoch)
+    except Exception as exc:  # no attempt id for this restore: it can never be counted exactly
+        return contained(job, epoch, "restore preparation", exc, repairable=False)
+
+
+def _prepare(job, pipeline, restore_number, lost_member_ids, epoch) -> list[EngineEvent]:
+    state = lock_state(job.id)
+    if state is None:
+        return []  # missing state: the job evaluates UNKNOWN already
+    events: list[EngineEvent] = []
+    if RecoveryAttempt.objects.filter(pipeline=pipeline, restore_number=restore_number).exists():
+        return []  # this restore was prepared before: a duplicate
+    for member in Member.objects.filter(id__in=lost_member_ids).order_by("id"):
+        events += merge_incidents(member, epoch, classify_leave(member), job.id)
+    state.refresh_from_db()
+    if state.active_episode_id is None:
+        # Member loss restored a pipeline, but every loss involved was already part of an
+        # ended episode: bind to a new one so the attempt is not lost, and say we are unsure.
+        episode = RecoveryEpisode.objects.create(job=job, classification=UNCLASSIFIED)
+        DirtyJobState.objects.filter(job_id=job.id).update(
+            active_episode=episode, recovery_episode_count=state.recovery_episode_count + 1
+        )
+        state.active_episode_id = episode.id
+        events += incomplete(
+            state,
+            epoch,
+            f"restore {restore_number} of pipeline "
+            f"{pipeline.index} without an active recovery episode",
+        )
+    episode_id = state.active_episode_id
+    last = (
+        RecoveryAttempt.objects.filter(episode_id=episode_id, pipeline=pipeline)
+        .order_by("-prepare_sequence")
+        .values_list("prepare_sequence", flat=True)
+        .first()
+    )
+    sequence = (last or 0) + 1
+    attempt = RecoveryAttempt.objects.create(
+        attempt_id=f"{episode_id}-{pipeline.index}-{sequence}",
+        job=job,
+        episode_id=episode_id,
+        pipeline=pipeline,
+        prepare_sequence=sequence,
+        restore_number=restore_number,
+    )
+    RecoveryEpisode.objects.filter(id=episode_id).update(last_activity_at=Now())
+    events.append(
+        dirty_event(
+            "attempt-prepared",
+            job.id,
+            epoch,
+            attemptId=attempt.attempt_id,
+            episodeId=episode_id,
+            pipelineId=pipeline.index,
+            prepareSequence=sequence,
+        )
+    )
+    return events
+
+
+def on_restore_deploying(
+    job: Job, pipeline: Pipeline, restore_number: int, epoch: int | None
+) -> list[EngineEvent]:
+    """The restored pipeline reached DEPLOYING on its new slots (same transaction): confirm its
+    attempt. Never raises."""
+    if job.dirty_threshold <= 0:
+        return []
+    try:
+        with transaction.atomic():
+            state = lock_state(job.id)
+            if state is None:
+                return []
+            attempt = RecoveryAttempt.objects.filter(
+                pipeline=pipeline, restore_number=restore_number
+            ).first()
+            if attempt is None:
+                return incomplete(
+                    state,
+                    epoch,
+                    f"pipeline {pipeline.index} redeployed (restore {restore_number}) without a "
+                    "prepared attempt",
+                )
+            return confirm(state, attempt, epoch)
+    except Exception as exc:  # the reconciliation confirms it from the pipeline's restore count
+        return contained(job, epoch, "attempt confirmation", exc, repairable=True)
+
+
+def confirm(state: DirtyJobState, attempt: RecoveryAttempt, epoch: int | None) -> list[EngineEvent]:
+    """PREPARED -> CONFIRMED; count if the episode's generation advances. Idempotent."""
+    if attempt.state == RecoveryAttempt.State.CONFIRMED:
+        return []  # a duplicate confirmation
+    if attempt.state != RecoveryAttempt.State.PREPARED:
+        return incomplete(state, epoch, f"attempt {attempt.attempt_id} deployed after it ended")
+    RecoveryAttempt.objects.filter(id=attempt.id).update(
+        state=RecoveryAttempt.State.CONFIRMED, ended_at=Now()
+    )
+    episode = RecoveryEpisode.objects.select_for_update(no_key=True).get(id=attempt.episode_id)
+    counted = attempt.prepare_sequence > episode.generation
+    events: list[EngineEvent] = []
+    fields: dict = {"updated_at": Now()}
+    if counted:
+        RecoveryEpisode.objects.filter(id=episode.id).update(
+            generation=attempt.prepare_sequence, last_activity_at=Now()
+        )
+        state.recovery_attempt_count += attempt.prepare_sequence - episode.generation
+        fields.update(recovery_attempt_count=state.recovery_attempt_count, last_counted_at=Now())
+        if not state.dirty and state.recovery_attempt_count >= state.threshold:
+            state.dirty = True
+            fields.update(dirty=True, first_dirty_at=Now())
+            events.append(
+                dirty_event(
+                    "marked",
+                    state.job_id,
+                    epoch,
+                    recoveryAttemptCount=state.recovery_attempt_count,
+                    threshold=state.threshold,
+                    attemptId=attempt.attempt_id,
+                )
+            )
+    else:
+        RecoveryEpisode.objects.filter(id=episode.id).update(last_activity_at=Now())
+    DirtyJobState.objects.filter(job_id=state.job_id).update(**fields)
+    events.insert(
+        0,
+        dirty_event(
+            "attempt-confirmed",
+            state.job_id,
+            epoch,
+            attemptId=attempt.attempt_id,
+            episodeId=episode.id,
+            generation=max(episode.generation, attempt.prepare_sequence),
+            counted=counted,
+            recoveryAttemptCount=state.recovery_attempt_count,
+        ),
+    )
+    return events
+
+
+def on_restore_obsolete(job: Job, pipeline: Pipeline, restore_number: int, epoch: int | None):
+    """A restore step found nothing to do (its job is stopping, or the pipeline moved on): its
+    attempt, if the pipeline never got that deployment, will never deploy. Never raises."""
+    if job.dirty_threshold <= 0 or pipeline.restore_count >= restore_number:
+        return []
+    try:
+        with transaction.atomic():
+            if lock_state(job.id) is None:
+                return []
+            ended = RecoveryAttempt.objects.filter(
+                pipeline=pipeline,
+                restore_number=restore_number,
+                state=RecoveryAttempt.State.PREPARED,
+            ).update(state=RecoveryAttempt.State.ABORTED, ended_at=Now())
+            if not ended:
+                return []
+            return [
+                dirty_event(
+                    "attempt-aborted",
+                    job.id,
+                    epoch,
+                    pipelineId=pipeline.index,
+                    restore=restore_number,
+                    reason="restore obsolete",
+                )
+            ]
+    except Exception as exc:
+        return contained(job, epoch, "obsolete restore", exc, repairable=True)

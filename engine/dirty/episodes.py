@@ -1,0 +1,228 @@
+"""Recovery episodes: completed once the job runs again, expired when stale, aborted when the
+job ends, and the finished job's snapshot written to its history."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Exists, F, OuterRef
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from engine.dirty.reading import Sequences, episode_list, summary
+from engine.dirty.tracking import contained, dirty_event, lock_state, options, tracker_failed
+from engine.events import append_events
+from engine.fencing import StaleEpoch, fenced
+from engine.models import (
+    DirtyJobState,
+    DirtyTrackingGap,
+    EngineEvent,
+    Job,
+    MemberLossIncident,
+    Pipeline,
+    RecoveryAttempt,
+    RecoveryEpisode,
+    TaskGroup,
+)
+from engine.states import EXECUTION_TERMINAL, JOB_TERMINAL, ExecutionStatus, JobStatus, MemberState
+
+log = logging.getLogger("keel.dirty")
+
+
+def after_settle(job: Job, pipelines: list[Pipeline], epoch: int | None = None):
+    """After a roll-up of a running job (job row locked): complete the active episode once every
+    pipeline runs again, nothing prepared waits to deploy and no task group is left on a lost
+    member. Never raises."""
+    if job.dirty_threshold <= 0 or job.status in JOB_TERMINAL:
+        return []
+    if any(p.status not in (ExecutionStatus.RUNNING, ExecutionStatus.FINISHED) for p in pipelines):
+        return []
+    try:
+        with transaction.atomic():
+            episode_id = (
+                DirtyJobState.objects.filter(job_id=job.id)
+                .values_list("active_episode_id", flat=True)
+                .first()
+            )
+            if episode_id is None:
+                return []  # the common case, without a lock
+            # Decide under the state-row lock: a member removal that merged an incident into
+            # this episode meanwhile has committed, and this statement sees it.
+            state = lock_state(job.id)
+            if state is None or state.active_episode_id is None:
+                return []
+            if not _recovered(job, state.active_episode_id):
+                return []
+            return end_episode(
+                state, state.active_episode_id, RecoveryEpisode.Status.COMPLETED, "recovered", epoch
+            )
+    except Exception as exc:  # the reconciliation completes it later
+        return contained(job, epoch, "episode completion", exc, repairable=True)
+
+
+def _recovered(job: Job, episode_id: int) -> bool:
+    states = set(
+        RecoveryAttempt.objects.filter(episode_id=episode_id).values_list("state", flat=True)
+    )
+    if RecoveryAttempt.State.CONFIRMED not in states or RecoveryAttempt.State.PREPARED in states:
+        return False
+    return not (
+        TaskGroup.objects.filter(job=job)
+        .exclude(status__in=[*EXECUTION_TERMINAL, ExecutionStatus.CREATED])
+        .exclude(member__state=MemberState.ALIVE)
+        .exists()
+    )
+
+
+def end_episode(
+    state: DirtyJobState, episode_id: int, status: str, reason: str, epoch: int | None
+) -> list[EngineEvent]:
+    RecoveryEpisode.objects.filter(id=episode_id, status=RecoveryEpisode.Status.ACTIVE).update(
+        status=status, ended_at=Now(), end_reason=reason[:1000]
+    )
+    RecoveryAttempt.objects.filter(
+        episode_id=episode_id, state=RecoveryAttempt.State.PREPARED
+    ).update(state=RecoveryAttempt.State.ABORTED, ended_at=Now())
+    DirtyJobState.objects.filter(job_id=state.job_id, active_episode_id=episode_id).update(
+        active_episode=None, updated_at=Now()
+    )
+    state.active_episode_id = None
+    _prune(state.job_id)
+    kind = "episode-completed" if status == RecoveryEpisode.Status.COMPLETED else "episode-aborted"
+    return [dirty_event(kind, state.job_id, epoch, episodeId=episode_id, reason=reason)]
+
+
+def _prune(job_id: int) -> None:
+    """Keep the ``event-history-size`` most recent episodes of the job (incidents stay: they
+    are the idempotency keys, one small row per member lost)."""
+    keep = options().history_size
+    old = list(
+        RecoveryEpisode.objects.filter(job_id=job_id)
+        .exclude(status=RecoveryEpisode.Status.ACTIVE)
+        .order_by("-id")
+        .values_list("id", flat=True)[keep:]
+    )
+    if old:
+        RecoveryEpisode.objects.filter(id__in=old).delete()
+
+
+def expire_stale_episodes(epoch: int) -> bool:
+    """Active-master housekeeping: abort episodes idle for ``pending-incident-ttl`` that have no
+    prepared restore still able to deploy (stale incidents that never reach deployment)."""
+
+    cutoff = timezone.now() - timedelta(seconds=options().pending_incident_ttl)
+    waiting = RecoveryAttempt.objects.filter(
+        episode_id=OuterRef("id"),
+        state=RecoveryAttempt.State.PREPARED,
+        pipeline__status=ExecutionStatus.FAILING,
+        pipeline__restore_count=F("restore_number") - 1,
+        job__status__in=[JobStatus.SCHEDULED, JobStatus.RUNNING],
+    )
+    stale = list(
+        RecoveryEpisode.objects.filter(
+            status=RecoveryEpisode.Status.ACTIVE, last_activity_at__lt=cutoff
+        )
+        .exclude(Exists(waiting))
+        .order_by("last_activity_at", "id")
+        .values_list("id", "job_id")[:100]
+    )
+    did = False
+    for episode_id, job_id in stale:
+        try:
+            did = _expire(epoch, episode_id, job_id, cutoff) or did
+        except StaleEpoch:
+            raise
+        except Exception:
+            log.exception("expiring episode %s of job %s failed; it is retried", episode_id, job_id)
+    return did
+
+
+def _expire(epoch: int, episode_id: int, job_id: int, cutoff) -> bool:
+
+    with fenced(epoch):
+        job = Job.objects.select_for_update(no_key=True).filter(id=job_id).first()
+        state = lock_state(job_id)
+        # Re-checked under the locks: a loss or a deployment may have renewed it meanwhile.
+        episode = RecoveryEpisode.objects.filter(id=episode_id).first()
+        if (
+            job is None
+            or state is None
+            or episode is None
+            or state.active_episode_id != episode_id
+            or episode.last_activity_at >= cutoff
+            or _pending(job, episode_id)
+        ):
+            return False
+        append_events(
+            end_episode(
+                state,
+                episode_id,
+                RecoveryEpisode.Status.ABORTED,
+                "expired: no deployment within engine.dirty-task.pending-incident-ttl",
+                epoch,
+            )
+        )
+        return True
+
+
+def _pending(job: Job, episode_id: int) -> bool:
+    """A PREPARED attempt whose pipeline still waits for exactly that restore."""
+    if job.status not in (JobStatus.SCHEDULED, JobStatus.RUNNING):
+        return False
+    for attempt in RecoveryAttempt.objects.filter(
+        episode_id=episode_id, state=RecoveryAttempt.State.PREPARED
+    ).select_related("pipeline"):
+        p = attempt.pipeline
+        if p.status == ExecutionStatus.FAILING and p.restore_count == attempt.restore_number - 1:
+            return True
+    return False
+
+
+def on_job_terminal(job: Job, epoch: int | None = None, strict: bool = False):
+    """The job just became terminal (its row locked): abort the active episode, snapshot the
+    summary and recent episodes into history, and only then remove the running state.
+
+    If the snapshot cannot be written, the running state is kept (DIRTY is never lost) and the
+    reconciliation snapshots it later; the job's end is never blocked (``strict``: raise, for
+    the reconciliation's own containment)."""
+    from history.models import JobHistory
+
+    events: list[EngineEvent] = []
+    try:
+        with transaction.atomic():
+            snapshot, episodes = None, []
+            if job.dirty_threshold > 0:
+                state = lock_state(job.id)
+                if state is not None and state.active_episode_id is not None:
+                    events += end_episode(
+                        state,
+                        state.active_episode_id,
+                        RecoveryEpisode.Status.ABORTED,
+                        f"job {job.status}",
+                        epoch,
+                    )
+                snapshot = summary(job, state, Sequences.read(job.id))
+                episodes = episode_list(job.id)
+            JobHistory.objects.update_or_create(
+                job=job,
+                defaults={"status": job.status, "dirty_task": snapshot, "episodes": episodes},
+            )
+            if job.dirty_threshold > 0:
+                RecoveryAttempt.objects.filter(job=job).delete()
+                RecoveryEpisode.objects.filter(job=job).delete()
+                MemberLossIncident.objects.filter(job=job).delete()
+                DirtyTrackingGap.objects.filter(job=job).delete()
+                DirtyJobState.objects.filter(job=job).delete()
+                events.append(dirty_event("snapshot", job.id, epoch, **short_summary(snapshot)))
+            return events
+    except Exception as exc:
+        if strict:
+            raise
+        return tracker_failed([job.id], epoch, "history snapshot", exc)
+
+
+def short_summary(snapshot: dict | None) -> dict:
+    snapshot = snapshot or {}
+    return {k: snapshot.get(k) for k in ("dirty", "evaluationStatus", "recoveryAttemptCount")}

@@ -1,0 +1,261 @@
+"""Member loss: the incidents of a lost member for every tracking-enabled job it affected,
+registered in the transaction that ends the membership, in a constant number of statements."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.db import connection, transaction
+
+from engine.dirty.tracking import classify_leave, dirty_event, record_gap, tracker_failed
+from engine.models import (
+    EngineEvent,
+    Member,
+)
+from engine.states import EXECUTION_TERMINAL, ExecutionStatus
+
+log = logging.getLogger("keel.dirty")
+
+
+NOT_AFFECTED = [*sorted(EXECUTION_TERMINAL), ExecutionStatus.CREATED]
+
+#: Lock the state rows of the enabled jobs with live task groups on the lost member, in job
+#: order (the lock order of every tracker change).
+_LOCK_AFFECTED = """
+    SELECT s.job_id
+      FROM engine_dirtyjobstate s
+     WHERE s.job_id IN (SELECT t.job_id FROM engine_taskgroup t
+                         WHERE t.member_id = %(member)s AND t.status <> ALL(%(not_affected)s))
+       {only}
+     ORDER BY s.job_id
+       {lock}
+"""
+
+#: With the rows locked (a fresh snapshot sees their latest values): register the incidents not
+#: registered yet, open an episode where none is active, and count. One statement whatever the
+#: number of jobs.
+_MERGE = """
+WITH locked AS (
+    SELECT s.job_id, s.active_episode_id
+      FROM engine_dirtyjobstate s
+     WHERE s.job_id = ANY(%(jobs)s::bigint[])
+       AND NOT EXISTS (SELECT 1 FROM engine_memberlossincident i
+                        WHERE i.job_id = s.job_id AND i.lost_member_uuid = %(uuid)s::uuid)
+), opened AS (
+    INSERT INTO engine_recoveryepisode
+           (job_id, status, classification, generation, started_at, last_activity_at, end_reason)
+    SELECT job_id, 'ACTIVE', %(classification)s::text, 0, now(), now(), ''
+      FROM locked WHERE active_episode_id IS NULL
+    RETURNING id, job_id
+), bound AS (
+    SELECT l.job_id, COALESCE(l.active_episode_id, o.id) AS episode_id,
+           l.active_episode_id IS NULL AS opened
+      FROM locked l LEFT JOIN opened o ON o.job_id = l.job_id
+), incidents AS (
+    INSERT INTO engine_memberlossincident
+           (job_id, episode_id, lost_member_uuid, lost_address, classification,
+            member_event_sequence, at)
+    SELECT job_id, episode_id, %(uuid)s::uuid, %(address)s::text, %(classification)s::text,
+           %(sequence)s::bigint, now()
+      FROM bound
+), continued AS (
+    -- An UNCLASSIFIED incident makes its whole episode count (seed: only an episode of
+    -- PLANNED_VERIFIED incidents alone may be excluded).
+    UPDATE engine_recoveryepisode e
+       SET last_activity_at = now(),
+           classification = CASE WHEN %(classification)s::text = 'UNCLASSIFIED' THEN 'UNCLASSIFIED'
+                                 ELSE e.classification END
+      FROM bound b
+     WHERE e.id = b.episode_id AND NOT b.opened
+), counted AS (
+    UPDATE engine_dirtyjobstate s
+       SET member_loss_incident_count = s.member_loss_incident_count + 1,
+           recovery_episode_count = s.recovery_episode_count + b.opened::int,
+           active_episode_id = b.episode_id,
+           last_leave_classification = %(classification)s::text,
+           last_lost_member_uuid = %(uuid)s::uuid,
+           last_lost_address = %(address)s::text,
+           updated_at = now()
+      FROM bound b
+     WHERE s.job_id = b.job_id
+)
+SELECT job_id, episode_id, opened FROM bound ORDER BY job_id
+"""
+
+#: The ``dirty.incident`` events of one member loss, in one statement (MemberLossEvents.append,
+#: under the event-append lock: engine.events).
+_INCIDENT_EVENTS = """
+INSERT INTO engine_engineevent (at, kind, job_id, member_id, epoch, payload)
+SELECT now(), 'dirty.incident', v.job_id, NULL, %(epoch)s,
+       jsonb_build_object('lostMemberUuid', %(uuid)s::text, 'lostAddress', %(address)s::text,
+                          'classification', %(classification)s::text,
+                          'episodeId', v.episode_id, 'episodeStarted', v.opened,
+                          'memberEventSequence', %(sequence)s::bigint)
+  FROM unnest(%(jobs)s::bigint[], %(episodes)s::bigint[], %(opened)s::boolean[])
+       AS v(job_id, episode_id, opened)
+ ORDER BY v.job_id
+"""
+
+
+def _incident_payload(member: Member, classification: str, episode_id, opened, sequence):
+    return {
+        "lostMemberUuid": str(member.uuid),
+        "lostAddress": member.address,
+        "classification": classification,
+        "episodeId": episode_id,
+        "episodeStarted": opened,
+        "memberEventSequence": sequence,
+    }
+
+
+@dataclass
+class MemberLossEvents:
+    """The ``dirty.*`` events of one member event, appended by the caller once it holds the
+    event-append lock (after its own ``member.*`` event): the lock is taken last, so waiting for
+    a job's state row never happens while holding it (engine.events)."""
+
+    member: Member
+    sequence: int
+    epoch: int | None
+    classification: str
+    incidents: list[tuple[int, int, bool]]  # (job id, episode id, episode opened)
+    failures: list[EngineEvent]
+
+    @property
+    def registered(self) -> int:
+        return len(self.incidents)
+
+    def append(self) -> None:
+        """Insert the events (set-based); the caller's transaction holds the append lock.
+        Never raises: the tracked state is committed with the removal all the same."""
+        try:
+            with transaction.atomic():
+                self._append()
+        except Exception:
+            log.exception("could not append the dirty.* events of member event %s", self.sequence)
+
+    def _append(self) -> None:
+        if self.incidents:
+            with connection.cursor() as cur:
+                cur.execute(
+                    _INCIDENT_EVENTS,
+                    {
+                        "uuid": self.member.uuid,
+                        "address": self.member.address,
+                        "classification": self.classification,
+                        "sequence": self.sequence,
+                        "epoch": self.epoch,
+                        "jobs": [i[0] for i in self.incidents],
+                        "episodes": [i[1] for i in self.incidents],
+                        "opened": [i[2] for i in self.incidents],
+                    },
+                )
+        if self.failures:
+            EngineEvent.objects.bulk_create(self.failures)
+
+
+def on_member_lost(member: Member, sequence: int, epoch: int | None) -> MemberLossEvents:
+    """Handle member event ``sequence`` (``member`` was REMOVED or LEFT) for every enabled job.
+
+    Runs inside the transaction that ended the membership and bumped the sequence, before the
+    master fails the member's task groups. A constant number of statements whatever the number
+    of jobs; if the batch fails, each affected job is retried alone, so one bad job only makes
+    itself UNKNOWN (a gap freezes its watermark). Never raises; the caller appends the returned
+    events after its own.
+    """
+    classification = classify_leave(member)
+    out = MemberLossEvents(member, sequence, epoch, classification, [], [])
+    try:
+        with transaction.atomic():
+            out.incidents = _register_losses(member, sequence, classification, None)
+            _advance_watermark(sequence)
+            return out
+    except Exception as exc:  # the batch failed: isolate the job(s) that cannot be tracked
+        log.warning("batched member-loss tracking failed, retrying job by job: %s", exc)
+        out.incidents = []
+    try:
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(
+                _LOCK_AFFECTED.format(only="", lock=""),  # only a scan: the batch rolled back
+                {"member": member.id, "not_affected": NOT_AFFECTED},
+            )
+            affected = [r[0] for r in cur.fetchall()]
+    except Exception as exc:
+        out.failures += tracker_failed([], epoch, "member-loss scan", exc)
+        return out  # the shared watermark stays behind: every enabled job reads UNKNOWN
+    for job_id in affected:
+        try:
+            with transaction.atomic():
+                out.incidents += _register_losses(member, sequence, classification, [job_id])
+        except Exception as exc:
+            out.failures += tracker_failed([job_id], epoch, "member-loss incident", exc)
+            if not record_gap(job_id, str(exc), sequence=sequence):
+                out.failures += tracker_failed([], epoch, "tracking gap", exc)
+                return out  # cannot record the gap: the shared watermark stays behind
+    try:
+        with transaction.atomic():
+            _advance_watermark(sequence)
+    except Exception as exc:
+        out.failures += tracker_failed([], epoch, "member-event watermark", exc)
+    return out
+
+
+def _advance_watermark(sequence: int) -> None:
+    """Every job that has no gap has handled member event ``sequence``."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE engine_clusterstate SET dirty_handled_sequence = %s"
+            " WHERE id = 1 AND dirty_handled_sequence = %s",
+            [sequence, sequence - 1],
+        )
+
+
+def _register_losses(
+    member: Member,
+    sequence: int,
+    classification: str,
+    only: list[int] | None,
+) -> list[tuple[int, int, bool]]:
+    """Register ``member``'s loss for the affected enabled jobs (all, or ``only``); returns
+    (job id, episode id, episode opened) of each job that got a new incident."""
+    params = {
+        "member": member.id,
+        "not_affected": NOT_AFFECTED,
+        "uuid": member.uuid,
+        "address": member.address,
+        "classification": classification,
+        "sequence": sequence,
+        "only": only or [],
+    }
+    with connection.cursor() as cur:
+        only_sql = "" if only is None else "AND s.job_id = ANY(%(only)s)"
+        cur.execute(_LOCK_AFFECTED.format(only=only_sql, lock="FOR NO KEY UPDATE OF s"), params)
+        jobs = [r[0] for r in cur.fetchall()]
+        if not jobs:
+            return []
+        cur.execute(_MERGE, {**params, "jobs": jobs})
+        return [tuple(row) for row in cur.fetchall()]
+
+
+def merge_incidents(
+    member: Member, epoch: int | None, classification: str, job_id: int
+) -> list[EngineEvent]:
+    """Restore preparation's merge of a loss not registered yet (state row locked by the
+    caller): the same statement, without touching the watermark; events returned."""
+    with connection.cursor() as cur:
+        cur.execute(
+            _MERGE,
+            {
+                "jobs": [job_id],
+                "uuid": member.uuid,
+                "address": member.address,
+                "classification": classification,
+                "sequence": None,
+            },
+        )
+        bound = cur.fetchall()
+    return [
+        dirty_event("incident", j, epoch, **_incident_payload(member, classification, ep, op, None))
+        for j, ep, op in bound
+    ]

@@ -1,0 +1,200 @@
+"""The active master's reconciliation: PREPARED attempts explained by their pipelines,
+recovered episodes completed, repairable gaps repaired, missed member events turned into gaps."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import connection
+from django.db.models import F
+from django.db.models.functions import Now
+
+from engine.dirty.attempts import confirm
+from engine.dirty.episodes import after_settle, on_job_terminal
+from engine.dirty.tracking import dirty_event, incomplete, lock_state, record_gap
+from engine.events import append_events
+from engine.fencing import StaleEpoch, fenced
+from engine.models import (
+    ClusterState,
+    DirtyJobState,
+    DirtyTrackingGap,
+    EngineEvent,
+    Job,
+    RecoveryAttempt,
+    RecoveryEpisode,
+)
+from engine.states import EXECUTION_TERMINAL, JOB_TERMINAL, ExecutionStatus
+
+log = logging.getLogger("keel.dirty")
+
+
+def reconcile(epoch: int) -> int:
+    """The active master's reconciliation: once per epoch before it schedules anything, then as
+    housekeeping. Explains every PREPARED attempt of a job by its pipeline's state; returns how
+    many attempts changed state.
+
+    - the pipeline got the deployment of that restore (its restore count reached it): confirm
+      the original attempt id (a no-op if it was confirmed), whatever happened since;
+    - it still waits for that restore: keep the binding, normal deployment confirms it;
+    - it ended without that deployment: abort the attempt;
+    - anything else is unexplained: the job becomes UNKNOWN.
+    Then it completes episodes whose recovery finished unnoticed, removes repairable gaps that
+    are repaired, finishes terminal snapshots that failed, and turns a member event the tracker
+    could not handle at all into gaps of the jobs it concerned. One job's failure is contained
+    (and recorded); only a stale epoch stops it.
+    """
+    changed = 0
+    prepared = list(
+        RecoveryAttempt.objects.filter(state=RecoveryAttempt.State.PREPARED)
+        .exclude(job__status__in=JOB_TERMINAL)
+        .order_by("job_id", "id")
+        .values_list("id", "job_id")
+    )
+    for attempt_id, job_id in prepared:
+        changed += _per_job(epoch, job_id, "reconciliation", _reconcile_attempt, attempt_id)
+    for job_id in (
+        RecoveryEpisode.objects.filter(status=RecoveryEpisode.Status.ACTIVE)
+        .exclude(job__status__in=JOB_TERMINAL)
+        .order_by("job_id")
+        .values_list("job_id", flat=True)
+    ):
+        _per_job(epoch, job_id, "episode completion", _complete_if_recovered)
+    for job_id in sorted(
+        set(DirtyTrackingGap.objects.filter(repairable=True).values_list("job_id", flat=True))
+    ):
+        _per_job(epoch, job_id, "gap repair", _repair_gaps)
+    for job_id in (
+        DirtyJobState.objects.filter(job__status__in=JOB_TERMINAL)
+        .order_by("job_id")
+        .values_list("job_id", flat=True)
+    ):
+        _per_job(epoch, job_id, "terminal snapshot", _finish_terminal)
+    try:
+        _repair_watermark(epoch)
+    except StaleEpoch:
+        raise
+    except Exception:
+        log.exception("dirty-job watermark repair failed; it is retried")
+    return changed
+
+
+def _per_job(epoch: int, job_id: int, where: str, step, *args) -> int:
+    """Run ``step(job, epoch, *args)`` in one fenced transaction with the job row locked; a
+    failure is logged, recorded as a gap and skipped (a stale epoch propagates)."""
+
+    try:
+        with fenced(epoch):
+            job = Job.objects.select_for_update(no_key=True).filter(id=job_id).first()
+            if job is None:
+                return 0
+            changed, events = step(job, epoch, *args)
+            append_events(events)
+            return changed
+    except StaleEpoch:
+        raise
+    except Exception as exc:
+        log.exception("dirty-job %s of job %s failed", where, job_id)
+        record_gap(job_id, f"{where} failed: {exc}", repairable=True)
+        return 0
+
+
+def _reconcile_attempt(job: Job, epoch: int, attempt_id: int):
+    state = lock_state(job.id)
+    attempt = RecoveryAttempt.objects.select_related("pipeline").filter(id=attempt_id).first()
+    if state is None or attempt is None or attempt.state != RecoveryAttempt.State.PREPARED:
+        return 0, []
+    p = attempt.pipeline
+    if p.restore_count >= attempt.restore_number:
+        return 1, confirm(state, attempt, epoch)
+    if p.status == ExecutionStatus.FAILING and p.restore_count == attempt.restore_number - 1:
+        return 0, []
+    if p.status in EXECUTION_TERMINAL or job.status in JOB_TERMINAL:
+        RecoveryAttempt.objects.filter(id=attempt.id).update(
+            state=RecoveryAttempt.State.ABORTED, ended_at=Now()
+        )
+        return 1, [dirty_event("attempt-aborted", job.id, epoch, attemptId=attempt.attempt_id)]
+    return 1, incomplete(
+        state,
+        epoch,
+        f"attempt {attempt.attempt_id} is PREPARED but pipeline {p.index} is {p.status} after "
+        f"{p.restore_count} restore(s)",
+    )
+
+
+def _complete_if_recovered(job: Job, epoch: int):
+    return 0, after_settle(job, list(job.pipelines.order_by("index")), epoch)
+
+
+def _repair_gaps(job: Job, epoch: int):
+    """Repairable gaps go once nothing is left to redo: every attempt whose deployment happened
+    is confirmed, and a recovered episode is completed (both done just before, in order)."""
+    if job.status not in JOB_TERMINAL:
+        unconfirmed = RecoveryAttempt.objects.filter(
+            job=job,
+            state=RecoveryAttempt.State.PREPARED,
+            pipeline__restore_count__gte=F("restore_number"),
+        ).exists()
+        if unconfirmed:
+            return 0, []
+        _, events = _complete_if_recovered(job, epoch)
+    else:
+        events = []
+    removed, _ = DirtyTrackingGap.objects.filter(job=job, repairable=True).delete()
+    if removed:
+        events.append(dirty_event("repaired", job.id, epoch, gaps=removed))
+    return removed, events
+
+
+def _finish_terminal(job: Job, epoch: int):
+    """A terminal job whose snapshot failed keeps its running state: snapshot it now."""
+    if job.status not in JOB_TERMINAL:
+        return 0, []
+    return 1, on_job_terminal(job, epoch, strict=True)
+
+
+def _repair_watermark(epoch: int) -> None:
+    """A member event the tracker could not handle at all (not even a gap could be written, or
+    a member of an older protocol ended it) leaves the shared watermark behind, which would keep
+    every job UNKNOWN for ever, even jobs submitted later. Turn it into permanent gaps of the
+    jobs tracked now (a superset of those it concerned) and catch the watermark up."""
+
+    with fenced(epoch):
+        row = (
+            ClusterState.objects.select_for_update(no_key=True)
+            .filter(id=1)
+            .values_list("member_event_sequence", "dirty_handled_sequence")
+            .first()
+        )
+        if row is None or row[1] >= row[0]:
+            return
+        sequence, handled = row
+        with connection.cursor() as cur:
+            cur.execute(
+                """
+                INSERT INTO engine_dirtytrackinggap
+                       (job_id, member_event_sequence, repairable, reason, at)
+                SELECT job_id, %s, false, %s, now() FROM engine_dirtyjobstate
+                """,
+                [handled + 1, f"member events {handled + 1}..{sequence} were not handled"],
+            )
+            gaps = cur.rowcount
+        ClusterState.objects.filter(id=1).update(dirty_handled_sequence=sequence)
+        log.error(
+            "dirty-job tracking missed member events %s..%s: %s jobs are UNKNOWN from now on",
+            handled + 1,
+            sequence,
+            gaps,
+        )
+        append_events(
+            [
+                EngineEvent(
+                    kind="dirty.tracker-failed",
+                    epoch=epoch,
+                    payload={
+                        "where": "member-event watermark",
+                        "error": f"member events {handled + 1}..{sequence} were not handled",
+                        "jobs": gaps,
+                    },
+                )
+            ]
+        )

@@ -1,0 +1,253 @@
+"""Checkpoint coordination (active master) and acknowledgement (task groups).
+
+Every ``checkpoint.interval`` ms the active master triggers checkpoint N for each RUNNING
+pipeline that has none in flight: a Checkpoint row naming the attempts it expects, then a barrier
+command to each task group. A task group handles the barrier between two batches (so the cut is
+ordered with its data): it snapshots its reader positions and its sinks' pre-commit states,
+persists them with its attempt, and so acknowledges. When every expected attempt has acked, N is
+COMPLETED and readers are told to commit their sinks' state; ``checkpoint.timeout`` (or the
+pipeline leaving RUNNING) makes it FAILED, and the next one starts fresh.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, F, Max, Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from engine.events import append_events
+from engine.fencing import fenced
+from engine.models import Checkpoint, EngineEvent, Pipeline, TaskCheckpoint, TaskGroup
+from engine.states import ExecutionStatus, JobStatus, MemberState, TaskGroupKind
+
+log = logging.getLogger("keel.checkpoints")
+
+
+def trigger_due(epoch: int) -> bool:
+    """Start a checkpoint for every RUNNING pipeline whose interval has passed."""
+    now = timezone.now()
+    candidates = (
+        Pipeline.objects.filter(status=ExecutionStatus.RUNNING, job__status=JobStatus.RUNNING)
+        .exclude(checkpoints__state=Checkpoint.State.PENDING)
+        .annotate(last=Max("checkpoints__triggered_at"))
+        .select_related("job")
+    )
+    due = []
+    for pipeline in candidates:
+        interval = pipeline.job.env.get("checkpoint.interval") or 0
+        if interval <= 0:
+            continue
+        if pipeline.last is None or pipeline.last <= now - timedelta(milliseconds=interval):
+            due.append(pipeline)
+    if not due:
+        return False
+    barriers = []
+    with fenced(epoch):
+        for pipeline in due:
+            groups = list(
+                TaskGroup.objects.filter(
+                    pipeline=pipeline,
+                    status=ExecutionStatus.RUNNING,
+                    member__state=MemberState.ALIVE,  # a lost member's group is failing anyway
+                ).select_related("member")
+            )
+            total = TaskGroup.objects.filter(pipeline=pipeline).count()
+            if len(groups) != total:
+                continue  # some task group is not running (e.g. finished batch reader)
+            checkpoint = Checkpoint.objects.create(
+                job_id=pipeline.job_id,
+                pipeline=pipeline,
+                expected={str(g.id): g.attempt for g in groups},
+            )
+            barriers += [(checkpoint.id, g) for g in groups]
+        events = [
+            EngineEvent(
+                kind="checkpoint.triggered",
+                job_id=g.job_id,
+                epoch=epoch,
+                payload={"checkpointId": cid, "pipelineId": g.pipeline_id},
+            )
+            for cid, g in {cid: g for cid, g in barriers}.items()
+        ]
+        append_events(events)
+    from engine.master.orchestration import send
+    from engine.member.handlers import checkpoint_barrier
+
+    for checkpoint_id, group in barriers:
+        send(
+            checkpoint_barrier,
+            group.id,
+            group.attempt,
+            group.member.name,
+            str(group.member.uuid),
+            extra=[checkpoint_id],
+        )
+    return bool(barriers)
+
+
+def acknowledge(checkpoint_id: int, task_group_id: int, attempt: int, state: dict) -> bool:
+    """A task group's snapshot for checkpoint N (idempotent: one ack per task group)."""
+    try:
+        with transaction.atomic():
+            pending = Checkpoint.objects.filter(
+                id=checkpoint_id, state=Checkpoint.State.PENDING
+            ).exists()
+            if not pending:
+                return False
+            TaskCheckpoint.objects.create(
+                checkpoint_id=checkpoint_id,
+                task_group_id=task_group_id,
+                attempt=attempt,
+                state=state,
+            )
+        return True
+    except IntegrityError:
+        return False
+
+
+def complete_or_expire(epoch: int) -> bool:
+    """COMPLETE checkpoints every expected attempt acked; FAIL those timed out or orphaned."""
+    pending = list(
+        Checkpoint.objects.filter(state=Checkpoint.State.PENDING)
+        .select_related("pipeline", "job")
+        .annotate(acks_n=Count("acks"))
+    )
+    if not pending:
+        return False
+    did = False
+    now = timezone.now()
+    for checkpoint in pending:
+        acks = {
+            (str(tg), a)
+            for tg, a in TaskCheckpoint.objects.filter(checkpoint=checkpoint).values_list(
+                "task_group_id", "attempt"
+            )
+        }
+        expected = {(tg, a) for tg, a in checkpoint.expected.items()}
+        timeout = timedelta(milliseconds=checkpoint.job.env.get("checkpoint.timeout") or 60000)
+        current = {
+            (str(tg), a)
+            for tg, a in TaskGroup.objects.filter(pipeline_id=checkpoint.pipeline_id).values_list(
+                "id", "attempt"
+            )
+        }
+        if not expected <= current:
+            did |= _end(
+                epoch,
+                checkpoint,
+                Checkpoint.State.FAILED,
+                "a task group was redeployed before every ack",
+            )
+        elif expected <= acks:
+            did |= _end(epoch, checkpoint, Checkpoint.State.COMPLETED)
+        elif checkpoint.pipeline.status != ExecutionStatus.RUNNING:
+            did |= _end(
+                epoch,
+                checkpoint,
+                Checkpoint.State.FAILED,
+                f"pipeline {checkpoint.pipeline.status} before every ack",
+            )
+        elif checkpoint.triggered_at < now - timeout:
+            did |= _end(epoch, checkpoint, Checkpoint.State.FAILED, "checkpoint timeout")
+    return did
+
+
+def _end(epoch: int, checkpoint: Checkpoint, state: str, reason: str = "") -> bool:
+    with fenced(epoch):
+        changed = Checkpoint.objects.filter(
+            id=checkpoint.id, state=Checkpoint.State.PENDING
+        ).update(state=state, ended_at=Now(), failure_reason=reason)
+        if changed != 1:
+            return False
+        counter = (
+            "checkpoints_completed" if state == Checkpoint.State.COMPLETED else "checkpoints_failed"
+        )
+        Pipeline.objects.filter(id=checkpoint.pipeline_id).update(**{counter: F(counter) + 1})
+        append_events(
+            [
+                EngineEvent(
+                    kind=f"checkpoint.{state.lower()}",
+                    job_id=checkpoint.job_id,
+                    epoch=epoch,
+                    payload={
+                        "checkpointId": checkpoint.id,
+                        "pipelineId": checkpoint.pipeline.index,
+                        **({"reason": reason} if reason else {}),
+                    },
+                )
+            ]
+        )
+        if state == Checkpoint.State.COMPLETED:
+            _prune(checkpoint)
+    if state == Checkpoint.State.COMPLETED:
+        _send_commits(checkpoint)
+    return True
+
+
+def _prune(checkpoint: Checkpoint) -> None:
+    """Keep ``checkpoint.max-retained`` completed checkpoints (and no older failed ones)."""
+    keep = int(checkpoint.job.env.get("checkpoint.max-retained") or 3)
+    completed = list(
+        Checkpoint.objects.filter(pipeline=checkpoint.pipeline, state=Checkpoint.State.COMPLETED)
+        .order_by("-id")
+        .values_list("id", flat=True)
+    )
+    if len(completed) > keep:
+        oldest_kept = completed[keep - 1]
+        Checkpoint.objects.filter(pipeline=checkpoint.pipeline, id__lt=oldest_kept).filter(
+            ~Q(state=Checkpoint.State.PENDING)
+        ).delete()
+
+
+def _send_commits(checkpoint: Checkpoint) -> None:
+    from engine.master.orchestration import send
+    from engine.member.handlers import checkpoint_commit
+
+    # A reader that misses this (its member died) commits on restore instead: the new attempt
+    # completes the commit of the checkpoint it restores from.
+    readers = TaskGroup.objects.filter(
+        pipeline_id=checkpoint.pipeline_id,
+        kind=TaskGroupKind.READER,
+        status=ExecutionStatus.RUNNING,
+        member__state=MemberState.ALIVE,
+    ).select_related("member")
+    for group in readers:
+        send(
+            checkpoint_commit,
+            group.id,
+            group.attempt,
+            group.member.name,
+            str(group.member.uuid),
+            extra=[checkpoint.id],
+        )
+
+
+def latest_completed(pipeline_id: int) -> Checkpoint | None:
+    return (
+        Checkpoint.objects.filter(pipeline_id=pipeline_id, state=Checkpoint.State.COMPLETED)
+        .order_by("-id")
+        .first()
+    )
+
+
+def reader_state(checkpoint: Checkpoint, task_group_id: int) -> dict:
+    ack = TaskCheckpoint.objects.filter(checkpoint=checkpoint, task_group_id=task_group_id).first()
+    return ack.state if ack else {}
+
+
+def own_state(checkpoint_id: int, task_group_id: int, attempt: int) -> dict | None:
+    """This attempt's snapshot for a COMPLETED checkpoint (what its sinks must commit)."""
+    return (
+        TaskCheckpoint.objects.filter(
+            checkpoint_id=checkpoint_id,
+            checkpoint__state=Checkpoint.State.COMPLETED,
+            task_group_id=task_group_id,
+            attempt=attempt,
+        )
+        .values_list("state", flat=True)
+        .first()
+    )

@@ -1,0 +1,301 @@
+"""From a job config to a plan: validated env, plugins, wiring, pipelines and task groups.
+
+Independent source -> ... -> sink chains become separate pipelines. Each pipeline runs as one
+enumerator task group plus ``parallelism`` reader task groups (source -> transforms -> sinks in
+one thread), each in its own slot, as Zeta does: parallelism 10 needs 11 slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.connectors import get_plugin, plugin_names, validate_block
+from engine.connectors.base import Option
+from engine.jobconfig import SECTIONS, ConfigError, PluginBlock, parse_job_config
+
+ENV_OPTIONS = (
+    Option("job.name", str, default=None),
+    Option("job.mode", str, default="BATCH", choices=("BATCH", "STREAMING")),
+    Option("parallelism", int, default=1, min=1),
+    Option("checkpoint.interval", int, default=None, min=0, help="ms; 0 disables"),
+    Option("checkpoint.timeout", int, default=60000, min=1),
+    Option("checkpoint.max-retained", int, default=3, min=1),
+    Option("job.retry.times", int, default=3, min=0),
+    Option("job.retry.interval.seconds", int, default=3, min=0),
+    Option("job.dirty-task.threshold", int, default=-1),
+)
+STREAMING_CHECKPOINT_INTERVAL = 10000
+MAX_PARALLELISM = 256
+
+
+@dataclass
+class PlanNode:
+    key: str  # "source", "t0", "t1", ... or "k0", "k1" for sinks
+    path: str  # source[0].FakeSource
+    plugin: str
+    config: dict[str, Any]
+    input: str | None = None  # key of the node it consumes
+    schema: list | None = None  # output schema (sources and transforms)
+
+    def to_json(self) -> dict:
+        return {
+            "key": self.key,
+            "path": self.path,
+            "plugin": self.plugin,
+            "config": self.config,
+            "input": self.input,
+            "schema": self.schema,
+        }
+
+
+@dataclass
+class PipelinePlan:
+    source: PlanNode
+    transforms: list[PlanNode] = field(default_factory=list)
+    sinks: list[PlanNode] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "source": self.source.to_json(),
+            "transforms": [t.to_json() for t in self.transforms],
+            "sinks": [s.to_json() for s in self.sinks],
+        }
+
+
+@dataclass
+class JobPlan:
+    name: str
+    mode: str
+    parallelism: int
+    env: dict[str, Any]
+    pipelines: list[PipelinePlan]
+
+    @property
+    def slots_needed(self) -> int:
+        return len(self.pipelines) * (1 + self.parallelism)
+
+
+def validate_env(env: dict[str, Any]) -> tuple[dict[str, Any], list[dict]]:
+    errors: list[dict] = []
+    out: dict[str, Any] = {}
+    known = {o.name for o in ENV_OPTIONS}
+    for key in env:
+        if key not in known:
+            errors.append(
+                {
+                    "path": f"env.{key}",
+                    "message": f"unknown env option (known: {', '.join(sorted(known))})",
+                }
+            )
+    for option in ENV_OPTIONS:
+        if option.name not in env or env[option.name] is None:
+            out[option.name] = option.default
+            continue
+        try:
+            out[option.name] = option.coerce(env[option.name])
+        except ValueError as exc:
+            errors.append({"path": f"env.{option.name}", "message": str(exc)})
+    if out.get("parallelism") and out["parallelism"] > MAX_PARALLELISM:
+        errors.append({"path": "env.parallelism", "message": f"must be at most {MAX_PARALLELISM}"})
+    if not errors and out["checkpoint.interval"] is None and out["job.mode"] == "STREAMING":
+        out["checkpoint.interval"] = STREAMING_CHECKPOINT_INTERVAL
+    return out, errors
+
+
+def plan_job(text: str, job_name: str | None = None) -> JobPlan:
+    """Parse, validate and plan a job config; raise ConfigError listing every problem."""
+    job = parse_job_config(text)
+    env, errors = validate_env(job.env)
+    nodes: dict[str, list[PlanNode | None]] = {s: [] for s in SECTIONS}
+    plugins: dict[str, Any] = {}
+    for section in SECTIONS:
+        for block in job.section(section):
+            node = _plan_node(block, errors)
+            nodes[section].append(node)
+            if node is not None:
+                plugins[node.path] = get_plugin(section, block.name)(node.config, node.path)
+    if errors:
+        raise ConfigError(errors)
+    pipelines = _wire(nodes, plugins, errors)
+    if errors:
+        raise ConfigError(errors)
+    name = job_name or env["job.name"] or "keel-job"
+    env["job.name"] = name
+    return JobPlan(
+        name=name,
+        mode=env["job.mode"],
+        parallelism=env["parallelism"],
+        env=env,
+        pipelines=pipelines,
+    )
+
+
+def _plan_node(block: PluginBlock, errors: list[dict]) -> PlanNode | None:
+    plugin = get_plugin(block.section, block.name)
+    if plugin is None:
+        known = ", ".join(plugin_names(block.section))
+        error = {
+            "path": block.path,
+            "message": f"unknown {block.section} plugin {block.name!r} (known: {known})",
+        }
+        if block.line:
+            error["line"] = block.line
+        errors.append(error)
+        return None
+    config, block_errors = validate_block(plugin, block)
+    errors += block_errors
+    if config is None:
+        return None
+    prefix = {"source": "s", "transform": "t", "sink": "k"}[block.section]
+    return PlanNode(key=f"{prefix}{block.index}", path=block.path, plugin=block.name, config=config)
+
+
+def _wire(nodes: dict[str, list], plugins: dict, errors: list[dict]) -> list[PipelinePlan]:
+    """Connect plugins by plugin_output/plugin_input (or in order when none is named)."""
+    sources, transforms, sinks = nodes["source"], nodes["transform"], nodes["sink"]
+    named = any(n.config.get("plugin_output") for n in sources + transforms) or any(
+        n.config.get("plugin_input") for n in transforms + sinks
+    )
+    if not named:
+        if len(sources) != 1:
+            errors.append(
+                {
+                    "path": "source",
+                    "message": "several sources need plugin_output and "
+                    "plugin_input to say how they connect",
+                }
+            )
+            return []
+        previous = sources[0].key
+        for t in transforms:
+            t.input, previous = previous, t.key
+        for k in sinks:
+            k.input = previous
+    else:
+        outputs: dict[str, str] = {}
+        for n in sources + transforms:
+            out = n.config.get("plugin_output")
+            if not out:
+                errors.append(
+                    {
+                        "path": f"{n.path}.plugin_output",
+                        "message": "is required when plugins are wired by name",
+                    }
+                )
+                continue
+            if out in outputs:
+                errors.append(
+                    {
+                        "path": f"{n.path}.plugin_output",
+                        "message": f"{out!r} is already produced by {outputs[out]}",
+                    }
+                )
+                continue
+            outputs[out] = n.key
+        paths = {n.key: n.path for n in sources + transforms}
+        for n in transforms + sinks:
+            name = n.config.get("plugin_input")
+            if not name:
+                errors.append(
+                    {
+                        "path": f"{n.path}.plugin_input",
+                        "message": "is required when plugins are wired by name",
+                    }
+                )
+            elif name not in outputs:
+                errors.append(
+                    {
+                        "path": f"{n.path}.plugin_input",
+                        "message": f"no source or transform produces {name!r}",
+                    }
+                )
+            elif outputs[name] == n.key:
+                errors.append(
+                    {
+                        "path": f"{n.path}.plugin_input",
+                        "message": "a transform cannot consume its own output",
+                    }
+                )
+            else:
+                n.input = outputs[name]
+        if errors:
+            return []
+        _check_cycles(transforms, paths, errors)
+        if errors:
+            return []
+    return _pipelines(sources, transforms, sinks, plugins, errors)
+
+
+def _check_cycles(transforms: list[PlanNode], paths: dict, errors: list[dict]) -> None:
+    by_key = {t.key: t for t in transforms}
+    for t in transforms:
+        seen, current = set(), t
+        while current is not None and current.key in by_key:
+            if current.key in seen:
+                errors.append(
+                    {"path": f"{t.path}.plugin_input", "message": "the transforms form a cycle"}
+                )
+                return
+            seen.add(current.key)
+            current = by_key.get(current.input)
+
+
+def _pipelines(sources, transforms, sinks, plugins, errors) -> list[PipelinePlan]:
+    by_key = {n.key: n for n in sources + transforms}
+
+    def root(node: PlanNode) -> PlanNode:
+        while node.input is not None:
+            node = by_key[node.input]
+        return node
+
+    pipelines: list[PipelinePlan] = []
+    for source in sources:
+        members = [t for t in transforms if root(t) is source]
+        outs = [k for k in sinks if root(k) is source]
+        if not outs:
+            errors.append(
+                {"path": f"{source.path}", "message": "no sink consumes this source's output"}
+            )
+            continue
+        plan = PipelinePlan(source=source, transforms=members, sinks=outs)
+        _propagate_schema(plan, plugins, errors)
+        pipelines.append(plan)
+    for t in transforms:
+        if not any(root(k) is root(t) for k in sinks):
+            errors.append({"path": t.path, "message": "no sink consumes this transform's output"})
+    return pipelines
+
+
+def _propagate_schema(plan: PipelinePlan, plugins: dict, errors: list[dict]) -> None:
+    try:
+        schemas = {plan.source.key: plugins[plan.source.path].output_schema()}
+    except Exception as exc:
+        errors.append({"path": plan.source.path, "message": f"cannot read its schema: {exc}"})
+        return
+    plan.source.schema = schemas[plan.source.key].to_json()
+    pending = list(plan.transforms)
+    while pending:
+        progressed = False
+        for t in list(pending):
+            if t.input in schemas:
+                try:
+                    schemas[t.key] = plugins[t.path].output_schema(schemas[t.input])
+                    t.schema = schemas[t.key].to_json()
+                except ValueError as exc:
+                    errors.append({"path": t.path, "message": str(exc)})
+                    schemas[t.key] = schemas[t.input]
+                pending.remove(t)
+                progressed = True
+        if not progressed:  # pragma: no cover - cycles are rejected before
+            break
+    for sink in plan.sinks:
+        check = getattr(plugins[sink.path], "input_errors", None)
+        if check is not None and sink.input in schemas:
+            try:
+                problems = check(schemas[sink.input])
+            except Exception as exc:
+                problems = [("", f"cannot check the target: {exc}")]
+            for option, message in problems:
+                path = f"{sink.path}.{option}" if option else sink.path
+                errors.append({"path": path, "message": message})

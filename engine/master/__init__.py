@@ -1,0 +1,1 @@
+"""The master process: the active master's loop and the steps it runs."""

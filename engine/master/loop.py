@@ -1,0 +1,268 @@
+"""The master process: a loop of step functions, each returning whether it did work.
+
+A standby campaigns every 100 ms. The active master renews its lease and sweeps membership on
+timers; it sleeps only when a pass did nothing. SIGTERM hands leadership over at once. Any write
+rejected by the epoch check, or a lost lock session, makes it step down to standby.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+import psycopg
+from django.db import DatabaseError, InterfaceError, close_old_connections, connections
+
+from engine import dirty
+from engine.cluster.election import Leadership, LeadershipLost, record_candidate
+from engine.cluster.membership import SWEEP_INTERVAL, sweep_members
+from engine.fencing import StaleEpoch
+from engine.jobs import checkpoints, recovery
+from engine.master import orchestration
+from engine.states import CandidateState
+
+log = logging.getLogger("keel.master")
+
+
+@dataclass
+class MasterOptions:
+    name: str
+    heartbeat_timeout: float = 5.0
+    lease_timeout: float = 3.0
+    campaign_interval: float = 0.1
+    candidate_interval: float = 1.0
+
+    @property
+    def renew_interval(self) -> float:
+        return max(self.lease_timeout / 6, 0.05)
+
+
+class Timer:
+    """A housekeeping timer inside the loop: ``due()`` is true once per interval."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.next_at = 0.0
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now >= self.next_at:
+            self.next_at = now + self.interval
+            return True
+        return False
+
+    def reset(self) -> None:
+        self.next_at = 0.0
+
+
+class Master:
+    def __init__(self, options: MasterOptions) -> None:
+        self.options = options
+        self.leadership = Leadership(options.name, options.lease_timeout)
+        self.stopping = threading.Event()
+        self.campaign_timer = Timer(options.campaign_interval)
+        self.renew_timer = Timer(options.renew_interval)
+        self.sweep_timer = Timer(SWEEP_INTERVAL)
+        self.candidate_timer = Timer(options.candidate_interval)
+        self.schedule_timer = Timer(0.1)
+        self.redeliver_timer = Timer(1.0)
+        self.cancel_timer = Timer(0.2)
+        self.lost_timer = Timer(0.2)
+        self.control_timer = Timer(0.2)
+        self.checkpoint_timer = Timer(0.1)
+        self.dirty_timer = Timer(2.0)
+        self.cancels = orchestration.CancelSender()
+        #: The epoch whose dirty-job reconciliation is done (seed 000: before any restore).
+        self.reconciled_epoch: int | None = None
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def step_campaign(self) -> bool:
+        if self.leadership.active or not self.campaign_timer.due():
+            return False
+        if self.leadership.campaign():
+            self.renew_timer.reset()
+            self.sweep_timer.reset()
+            record_candidate(self.options.name, self.leadership)
+            return True
+        return False
+
+    def step_renew(self) -> bool:
+        if not self.leadership.active or not self.renew_timer.due():
+            return False
+        self.leadership.renew()
+        return False
+
+    def step_sweep_members(self) -> bool:
+        if not self.leadership.active or not self.sweep_timer.due():
+            return False
+        return sweep_members(self.leadership.epoch, self.options.heartbeat_timeout) > 0
+
+    def _active_and(self, timer: Timer) -> bool:
+        return self.leadership.active and timer.due()
+
+    def step_reconcile(self) -> bool:
+        """Once per epoch, before restores are enqueued or jobs scheduled: reconcile the
+        dirty-job attempts a previous master left PREPARED with their pipelines' states."""
+        epoch = self.leadership.epoch
+        if not self.leadership.active or self.reconciled_epoch == epoch:
+            return False
+        changed = dirty.reconcile(epoch)
+        self.reconciled_epoch = epoch
+        if changed:
+            log.info("dirty-job reconciliation under epoch %s changed %s attempts", epoch, changed)
+        return True
+
+    def _reconciled(self) -> bool:
+        return self.reconciled_epoch == self.leadership.epoch
+
+    def step_dirty_housekeeping(self) -> bool:
+        """Reconcile again (repairs what a contained tracker failure left), expire stale
+        episodes."""
+        if not self._active_and(self.dirty_timer) or not self._reconciled():
+            return False
+        changed = dirty.reconcile(self.leadership.epoch)
+        return dirty.expire_stale_episodes(self.leadership.epoch) or changed > 0
+
+    def step_fail_lost(self) -> bool:
+        if not self._active_and(self.lost_timer):
+            return False
+        return orchestration.fail_lost_task_groups(self.leadership.epoch)
+
+    def step_control(self) -> bool:
+        if not self._reconciled() or not self._active_and(self.control_timer):
+            return False
+        return recovery.enqueue_due_steps(self.leadership.epoch)
+
+    def step_checkpoints(self) -> bool:
+        if not self._active_and(self.checkpoint_timer):
+            return False
+        completed = checkpoints.complete_or_expire(self.leadership.epoch)
+        return checkpoints.trigger_due(self.leadership.epoch) or completed
+
+    def step_schedule(self) -> bool:
+        if not self._reconciled() or not self._active_and(self.schedule_timer):
+            return False
+        scheduled = orchestration.schedule(self.leadership.epoch)
+        if scheduled:
+            self.schedule_timer.reset()  # maybe more fit: look again at once
+        return scheduled
+
+    def step_redeliver(self) -> bool:
+        if not self._active_and(self.redeliver_timer):
+            return False
+        return orchestration.redeliver(self.leadership.epoch)
+
+    def step_cancel(self) -> bool:
+        if not self._active_and(self.cancel_timer):
+            return False
+        return self.cancels.step(self.leadership.epoch)
+
+    def step_candidate(self) -> bool:
+        if self.candidate_timer.due():
+            record_candidate(self.options.name, self.leadership)
+        return False
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run_once(self) -> bool:
+        did = False
+        for step in (
+            self.step_campaign,
+            self.step_renew,
+            self.step_sweep_members,
+            self.step_reconcile,
+            self.step_fail_lost,
+            self.step_control,
+            self.step_checkpoints,
+            self.step_cancel,
+            self.step_schedule,
+            self.step_redeliver,
+            self.step_dirty_housekeeping,
+            self.step_candidate,
+        ):
+            did = step() or did
+        return did
+
+    def run(self) -> None:
+        log.info(
+            "master %s started (lease %.1fs, heartbeat timeout %.1fs)",
+            self.options.name,
+            self.options.lease_timeout,
+            self.options.heartbeat_timeout,
+        )
+        try:
+            while not self.stopping.is_set():
+                try:
+                    did = self.run_once()
+                except StaleEpoch as exc:
+                    self._rejected(exc)
+                    continue
+                except (
+                    LeadershipLost,
+                    DatabaseError,
+                    InterfaceError,
+                    psycopg.Error,
+                    OSError,
+                ) as exc:
+                    self._lost_database(exc)
+                    continue
+                except Exception:
+                    # A bug in a step must not take the master down, nor let it act unsure.
+                    log.exception("unexpected error in the master loop; stepping down")
+                    self.leadership.step_down()
+                    self.stopping.wait(1.0)
+                    continue
+                if not did:
+                    self.stopping.wait(0.02 if self.leadership.active else 0.05)
+        finally:
+            self.shutdown()
+
+    def _rejected(self, exc: StaleEpoch) -> None:
+        log.error("write rejected by the epoch check: %s; %s steps down", exc, self.options.name)
+        self.leadership.step_down()
+        try:
+            record_candidate(self.options.name, self.leadership, rejected_epoch=exc.mine)
+        except (DatabaseError, InterfaceError):
+            log.warning("could not record the rejection", exc_info=True)
+
+    def _lost_database(self, exc: BaseException) -> None:
+        log.error("database error in master loop: %s", str(exc).strip() or type(exc).__name__)
+        try:
+            for conn in connections.all():
+                conn.close_if_unusable_or_obsolete()
+            close_old_connections()
+        except Exception:
+            log.debug("closing connections failed", exc_info=True)
+        if self.leadership.active:
+            # Our session may have been ended while we were frozen. Try one write under our
+            # epoch: if someone else leads now it is rejected by the epoch check (and recorded).
+            try:
+                connections["default"].close()
+                self.leadership.renew()
+                return
+            except StaleEpoch as stale:
+                self._rejected(stale)
+                return
+            except Exception:
+                log.warning("cannot confirm leadership; stepping down", exc_info=True)
+                self.leadership.step_down()
+        self.stopping.wait(0.5)
+
+    def shutdown(self) -> None:
+        log.info("master %s stopping", self.options.name)
+        try:
+            self.leadership.resign()
+            record_candidate(self.options.name, self.leadership, state=CandidateState.STOPPED)
+        except Exception:
+            log.warning("could not record the stop", exc_info=True)
+
+    def install_signal_handlers(self) -> None:
+        def handle(signum, frame):
+            self.stopping.set()
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)

@@ -1,0 +1,207 @@
+"""The data plane of one reader task group: source -> transforms -> sinks, batch by batch.
+
+Runs in a runtime-owned thread (never a Celery pool thread). Plugin errors are re-raised as
+PluginFailure naming the plugin (``transform[0].RowFilter``) and the cause, which becomes the
+task group's, pipeline's and job's errorMsg.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.connectors import get_plugin
+from engine.connectors.base import SinkWriter
+from engine.connectors.schema import Schema
+
+BATCH_SIZE = 4096
+METRICS_INTERVAL = 1.0
+
+
+class PluginFailure(Exception):
+    def __init__(self, path: str, exc: BaseException) -> None:
+        super().__init__(f"{path}: {type(exc).__name__}: {exc}")
+        self.path = path
+
+
+def instantiate(node: dict):
+    return get_plugin(_section(node["key"]), node["plugin"])(node["config"], node["path"])
+
+
+def _section(key: str) -> str:
+    return {"s": "source", "t": "transform", "k": "sink"}[key[0]]
+
+
+def guarded(path: str, fn: Callable, *args):
+    try:
+        return fn(*args)
+    except PluginFailure:
+        raise
+    except Exception as exc:
+        raise PluginFailure(path, exc) from exc
+
+
+@dataclass
+class Chain:
+    """The transforms and sinks downstream of a source, compiled for one reader."""
+
+    steps: dict[str, tuple[str, Callable]]  # transform key -> (input key, processor)
+    sinks: list[tuple[str, str, SinkWriter]]  # (path, input key, writer)
+    paths: dict[str, str] = field(default_factory=dict)
+
+    def push(self, source_key: str, rows: list[tuple]) -> int:
+        """Run one batch through the transforms into every sink; returns rows written."""
+        outputs = {source_key: rows}
+        pending = dict(self.steps)
+        while pending:
+            for key, (input_key, fn) in list(pending.items()):
+                if input_key in outputs:
+                    outputs[key] = guarded(self.paths[key], fn, outputs[input_key])
+                    del pending[key]
+        written = 0
+        for path, input_key, writer in self.sinks:
+            batch = outputs[input_key]
+            if batch:
+                guarded(path, writer.write, batch)
+                written += len(batch)
+        return written
+
+
+def compile_chain(plan: dict, context: dict) -> tuple[object, Chain]:
+    source_node = plan["source"]
+    source = guarded(source_node["path"], instantiate, source_node)
+    schemas = {source_node["key"]: Schema.from_json(source_node["schema"])}
+    steps, paths = {}, {}
+    for node in plan["transforms"]:
+        plugin = guarded(node["path"], instantiate, node)
+        steps[node["key"]] = (
+            node["input"],
+            guarded(node["path"], plugin.processor, schemas[node["input"]]),
+        )
+        schemas[node["key"]] = Schema.from_json(node["schema"])
+        paths[node["key"]] = node["path"]
+    sinks = []
+    try:
+        for node in plan["sinks"]:
+            plugin = guarded(node["path"], instantiate, node)
+            writer = guarded(
+                node["path"],
+                plugin.writer,
+                schemas[node["input"]],
+                {**context, "label": node["path"]},
+            )
+            sinks.append((node["path"], node["input"], writer))
+    except BaseException:
+        for _, _, writer in sinks:  # a later sink failed: release the ones already open
+            try:
+                writer.abort()
+            except Exception:  # noqa: S110 - already failing
+                pass
+        raise
+    return source, Chain(steps, sinks, paths)
+
+
+@dataclass
+class Counters:
+    received: int = 0
+    written: int = 0
+    window_start: float = field(default_factory=time.monotonic)
+    window_rows: int = 0
+    rate: float = 0.0
+    busy_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+    def add(self, received: int, written: int) -> None:
+        self.received += received
+        self.written += written
+        self.window_rows += received
+
+    def roll(self) -> None:
+        now = time.monotonic()
+        elapsed = now - self.window_start
+        if elapsed > 0:
+            self.rate = self.window_rows / elapsed
+        self.window_start, self.window_rows = now, 0
+
+
+def run_reader(
+    plan: dict,
+    splits: list[dict],
+    mode: str,
+    context: dict,
+    stop: threading.Event,
+    on_progress: Callable[[Counters, dict], None],
+    on_split_done: Callable[[str, int], None],
+    on_boundary: Callable[[dict, Chain], None] | None = None,
+) -> Counters:
+    """Read every assigned split from its offset through the chain. Returns the counters.
+
+    ``splits``: [{splitId, split, offset}]. ``on_progress`` is called at most once a second with
+    the counters and the current {splitId: offset}; ``on_split_done`` when a split is exhausted;
+    ``on_boundary`` between two batches with the positions of every split
+    ({splitId: {offset, done}}) and the chain: where barriers and commits are handled, so a
+    checkpoint cut is ordered with the data. A STREAMING reader never ends by itself: with no
+    (more) splits it idles, still handling its mailbox, until stopped.
+    """
+    started, cpu_started = time.monotonic(), time.thread_time()
+    source, chain = compile_chain(plan, context)
+    source_key, source_path = plan["source"]["key"], plan["source"]["path"]
+    counters = Counters()
+    positions = {a["splitId"]: {"offset": a["offset"], "done": False} for a in splits}
+    last_report = time.monotonic()
+    completed = False
+
+    def tick(current: dict) -> None:
+        nonlocal last_report
+        if on_boundary is not None:
+            on_boundary(positions, chain)
+        now = time.monotonic()
+        if now - last_report >= METRICS_INTERVAL:
+            counters.roll()
+            on_progress(counters, current)
+            last_report = now
+
+    try:
+        for assignment in splits:
+            split_id = assignment["splitId"]
+            offset = assignment["offset"]
+            reader = guarded(
+                source_path, source.read, assignment["split"], offset, mode, BATCH_SIZE
+            )
+            while not stop.is_set():
+                try:
+                    rows, offset = next(reader)
+                except StopIteration:
+                    break
+                except Exception as exc:
+                    raise PluginFailure(source_path, exc) from exc
+                if rows:
+                    counters.add(len(rows), chain.push(source_key, rows))
+                else:
+                    stop.wait(0.01)  # a paced or idle source: nothing due yet
+                positions[split_id]["offset"] = offset
+                tick({split_id: offset})
+            if stop.is_set():
+                break
+            positions[split_id]["done"] = True
+            on_split_done(split_id, offset)
+        while mode == "STREAMING" and not stop.is_set():
+            tick({})
+            stop.wait(0.05)
+        if not stop.is_set():
+            for path, _, writer in chain.sinks:
+                guarded(path, writer.close)
+            completed = True
+    finally:
+        counters.roll()
+        counters.busy_seconds = time.monotonic() - started
+        counters.cpu_seconds = time.thread_time() - cpu_started
+        if not completed:
+            for _, _, writer in chain.sinks:
+                try:
+                    writer.abort()
+                except Exception:  # noqa: S110 - already failing or cancelled
+                    pass
+    return counters

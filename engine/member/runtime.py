@@ -1,0 +1,317 @@
+"""The member runtime: task groups deployed to this worker, each in a thread it owns.
+
+Celery handlers (engine.tasks) only validate a command and hand it here. A task group thread
+reports RUNNING, runs the enumerator or the reader data plane, and reports how it ended, always
+under its attempt number: if the master has moved on (new attempt, job cancelled, member
+removed) the report changes nothing and the thread just stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+from django.db import close_old_connections, connections, transaction
+
+from engine.jobs import checkpoints, lifecycle
+from engine.member.dataplane import Counters, PluginFailure, guarded, instantiate, run_reader
+from engine.models import Job, Pipeline, SplitAssignment, TaskGroup
+from engine.states import EXECUTION_TERMINAL, ExecutionStatus, TaskGroupKind
+
+log = logging.getLogger("keel.runtime")
+SPLIT_WAIT_INTERVAL = 0.01
+MAILBOX_SIZE = 64
+
+
+class TaskGroupThread(threading.Thread):
+    def __init__(self, runtime: MemberRuntime, task_group_id: int, attempt: int) -> None:
+        super().__init__(name=f"taskgroup-{task_group_id}-{attempt}", daemon=True)
+        self.runtime = runtime
+        self.task_group_id = task_group_id
+        self.attempt = attempt
+        self.stop = threading.Event()
+        #: Bounded mailbox of ordered commands (barriers, commits), drained between batches.
+        self.mailbox: queue.Queue = queue.Queue(maxsize=MAILBOX_SIZE)
+
+    def drain(self, handle) -> None:
+        while True:
+            try:
+                message = self.mailbox.get_nowait()
+            except queue.Empty:
+                return
+            handle(*message)
+
+    @property
+    def member_id(self) -> int:
+        return self.runtime.member_id
+
+    def run(self) -> None:
+        counters = Counters()
+        try:
+            if not lifecycle.mark_running(self.task_group_id, self.attempt, self.member_id):
+                log.info(
+                    "task group %s attempt %s is no longer ours", self.task_group_id, self.attempt
+                )
+                return
+            group = TaskGroup.objects.select_related("pipeline", "job").get(id=self.task_group_id)
+            if group.kind == TaskGroupKind.ENUMERATOR:
+                self.run_enumerator(group)
+            else:
+                counters = self.run_reader(group)
+            status = ExecutionStatus.CANCELED if self.stop.is_set() else ExecutionStatus.FINISHED
+            self.finish(status, "", counters)
+        except PluginFailure as exc:
+            log.warning("task group %s failed: %s", self.task_group_id, exc)
+            self.finish(ExecutionStatus.FAILED, str(exc), counters)
+        except Exception as exc:
+            log.exception("task group %s crashed", self.task_group_id)
+            self.finish(ExecutionStatus.FAILED, f"{type(exc).__name__}: {exc}", counters)
+        finally:
+            self.runtime.forget(self)
+            connections.close_all()
+
+    def finish(self, status: str, error: str, counters: Counters) -> None:
+        metrics = (
+            counters.received,
+            counters.written,
+            counters.rate,
+            counters.busy_seconds,
+            counters.cpu_seconds,
+        )
+        attempt = 0
+        while True:  # the report is the only record of how we ended: retry while we live
+            attempt += 1
+            try:
+                close_old_connections()
+                lifecycle.finish_task_group(
+                    self.task_group_id, self.attempt, self.member_id, status, error, metrics
+                )
+                return
+            except Exception:
+                log.warning(
+                    "reporting %s for task group %s failed (try %s)",
+                    status,
+                    self.task_group_id,
+                    attempt,
+                    exc_info=attempt == 1,
+                )
+                connections.close_all()
+                # A fenced member exits (the heartbeat thread ends the process), so this loop
+                # cannot outlive our membership.
+                time.sleep(min(0.2 * attempt, 5.0))
+
+    # -- enumerator --------------------------------------------------------------------------
+
+    def run_enumerator(self, group: TaskGroup) -> None:
+        pipeline, job = group.pipeline, group.job
+        if not pipeline.splits_assigned:
+            source = instantiate(pipeline.plan["source"])
+            try:
+                splits = source.create_splits(job.mode)
+            except Exception as exc:
+                raise PluginFailure(pipeline.plan["source"]["path"], exc) from exc
+            readers = job.env["parallelism"]
+            with transaction.atomic():
+                if not self.still_current():
+                    return
+                SplitAssignment.objects.bulk_create(
+                    [
+                        SplitAssignment(
+                            pipeline=pipeline,
+                            split_id=s["splitId"],
+                            split=s,
+                            reader_index=i % readers,
+                        )
+                        for i, s in enumerate(splits)
+                    ],
+                    ignore_conflicts=True,
+                )
+                Pipeline.objects.filter(id=pipeline.id).update(splits_assigned=True)
+
+        def handle(kind: str, checkpoint_id: int) -> None:
+            if kind == "barrier":  # the enumerator's state lives in SplitAssignment rows
+                checkpoints.acknowledge(
+                    checkpoint_id, self.task_group_id, self.attempt, {"kind": "enumerator"}
+                )
+
+        # The enumerator holds its slot for the pipeline's life, as in Zeta.
+        while not self.stop.wait(0.05):
+            self.drain(handle)
+            readers = TaskGroup.objects.filter(pipeline=pipeline, kind=TaskGroupKind.READER)
+            if not readers.exclude(status__in=EXECUTION_TERMINAL).exists():
+                return
+            if not self.still_current():
+                self.stop.set()
+                return
+
+    def still_current(self) -> bool:
+        return (
+            TaskGroup.objects.filter(
+                id=self.task_group_id, attempt=self.attempt, member_id=self.member_id
+            )
+            .exclude(status__in=EXECUTION_TERMINAL)
+            .exists()
+        )
+
+    # -- reader ------------------------------------------------------------------------------
+
+    def run_reader(self, group: TaskGroup) -> Counters:
+        pipeline = group.pipeline
+        while not Pipeline.objects.filter(id=pipeline.id, splits_assigned=True).exists():
+            if self.stop.wait(SPLIT_WAIT_INTERVAL):
+                return Counters()
+            if not self.still_current():
+                self.stop.set()
+                return Counters()
+        assignments = [
+            {"splitId": a.split_id, "split": a.split, "offset": a.offset}
+            for a in SplitAssignment.objects.filter(
+                pipeline=pipeline, reader_index=group.index, done=False
+            ).order_by("id")
+        ]
+        context = {
+            "jobId": group.job_id,
+            "pipelineId": pipeline.index,
+            "readerIndex": group.index,
+            "attempt": self.attempt,
+            "jobName": group.job.name,
+            "checkpointing": bool(group.job.env.get("checkpoint.interval")),
+            "restoredCheckpoint": getattr(checkpoints.latest_completed(pipeline.id), "id", None),
+        }
+
+        def progress(counters: Counters, offsets: dict) -> None:
+            owned = lifecycle.report_metrics(
+                self.task_group_id,
+                self.attempt,
+                self.member_id,
+                counters.received,
+                counters.written,
+                counters.rate,
+            )
+            if not owned:
+                self.stop.set()  # the master moved on: stop at once
+                return
+            for split_id, offset in offsets.items():
+                SplitAssignment.objects.filter(pipeline=pipeline, split_id=split_id).update(
+                    offset=offset
+                )
+
+        def split_done(split_id: str, offset: int) -> None:
+            SplitAssignment.objects.filter(pipeline=pipeline, split_id=split_id).update(
+                offset=offset, done=True
+            )
+
+        def boundary(positions: dict, chain) -> None:
+            def handle(kind: str, checkpoint_id: int) -> None:
+                if kind == "barrier":
+                    sinks = [
+                        guarded(path, writer.prepare_commit, checkpoint_id)
+                        for path, _, writer in chain.sinks
+                    ]
+                    checkpoints.acknowledge(
+                        checkpoint_id,
+                        self.task_group_id,
+                        self.attempt,
+                        {"splits": positions, "sinks": sinks},
+                    )
+                elif kind == "commit":
+                    state = checkpoints.own_state(checkpoint_id, self.task_group_id, self.attempt)
+                    if state is not None:
+                        for (path, _, writer), sink_state in zip(
+                            chain.sinks, state.get("sinks", []), strict=False
+                        ):
+                            guarded(path, writer.commit, sink_state)
+
+            self.drain(handle)
+
+        return run_reader(
+            pipeline.plan,
+            assignments,
+            group.job.mode,
+            context,
+            self.stop,
+            progress,
+            split_done,
+            boundary,
+        )
+
+
+class MemberRuntime:
+    """Task groups running in this member, by (task group id, attempt)."""
+
+    def __init__(self, member_id: int) -> None:
+        self.member_id = member_id
+        self._lock = threading.Lock()
+        self._threads: dict[int, TaskGroupThread] = {}
+
+    def deploy(self, task_group_id: int, attempt: int) -> str:
+        """Start the task group unless this attempt already runs here (idempotent)."""
+        with self._lock:
+            current = self._threads.get(task_group_id)
+            if current is not None:
+                if current.attempt == attempt:
+                    return "already-running"
+                current.stop.set()  # an older attempt: fenced, stop it
+            thread = TaskGroupThread(self, task_group_id, attempt)
+            self._threads[task_group_id] = thread
+            thread.start()
+            return "started"
+
+    def offer(self, task_group_id: int, attempt: int, message: tuple) -> bool:
+        """Put an ordered command in the task group's mailbox (False: not here, or full)."""
+        with self._lock:
+            thread = self._threads.get(task_group_id)
+        if thread is None or thread.attempt != attempt:
+            return False
+        try:
+            thread.mailbox.put_nowait(message)
+            return True
+        except queue.Full:
+            return False  # a barrier not taken fails by timeout; the next one starts fresh
+
+    def cancel(self, task_group_id: int, attempt: int) -> str:
+        with self._lock:
+            thread = self._threads.get(task_group_id)
+        if thread is not None and thread.attempt <= attempt:
+            thread.stop.set()
+            return "stopping"
+        # Not running here: it never started (or already ended). Settle it as cancelled.
+        lifecycle.finish_task_group(
+            task_group_id, attempt, self.member_id, ExecutionStatus.CANCELED
+        )
+        return "not-running"
+
+    def forget(self, thread: TaskGroupThread) -> None:
+        with self._lock:
+            if self._threads.get(thread.task_group_id) is thread:
+                del self._threads[thread.task_group_id]
+
+    def running(self) -> list[tuple[int, int]]:
+        with self._lock:
+            return [(t.task_group_id, t.attempt) for t in self._threads.values()]
+
+    def stop_all(self) -> None:
+        with self._lock:
+            threads = list(self._threads.values())
+        for thread in threads:
+            thread.stop.set()
+        for thread in threads:
+            thread.join(timeout=10)
+
+
+_runtime: MemberRuntime | None = None
+
+
+def install(member_id: int) -> MemberRuntime:
+    global _runtime
+    _runtime = MemberRuntime(member_id)
+    return _runtime
+
+
+def current() -> MemberRuntime | None:
+    return _runtime
+
+
+__all__ = ["Job", "MemberRuntime", "current", "install"]

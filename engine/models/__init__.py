@@ -1,0 +1,36 @@
+"""Cluster state kept in PostgreSQL, the engine's only source of truth: one module per subdomain."""
+
+from .checkpoints import Checkpoint, TaskCheckpoint
+from .cluster import ClusterState, MasterCandidate, MasterLease, Member, Slot
+from .dirty import (
+    DirtyJobState,
+    DirtyTrackingGap,
+    MemberLossIncident,
+    RecoveryAttempt,
+    RecoveryEpisode,
+)
+from .events import EngineEvent
+from .fields import OrderedJSONField
+from .jobs import ControlStep, Job, Pipeline, SplitAssignment, TaskGroup
+
+__all__ = [
+    "Checkpoint",
+    "ClusterState",
+    "ControlStep",
+    "DirtyJobState",
+    "DirtyTrackingGap",
+    "EngineEvent",
+    "Job",
+    "MasterCandidate",
+    "MasterLease",
+    "Member",
+    "MemberLossIncident",
+    "OrderedJSONField",
+    "Pipeline",
+    "RecoveryAttempt",
+    "RecoveryEpisode",
+    "Slot",
+    "SplitAssignment",
+    "TaskCheckpoint",
+    "TaskGroup",
+]

@@ -1,0 +1,33 @@
+"""The event store."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models.functions import Now
+
+from .cluster import Member
+
+
+class EngineEvent(models.Model):
+    """The event store: appended in the same transaction as every cluster state change.
+
+    ``seq`` values become visible in order (see engine.events): a reader that pages with
+    ``after=seq`` never skips an event that commits late.
+    """
+
+    seq = models.BigAutoField(primary_key=True)
+    at = models.DateTimeField(db_default=Now())
+    kind = models.CharField(max_length=64, db_index=True)
+    job_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    member = models.ForeignKey(
+        Member, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+    )
+    #: The master epoch the event was written under (None for events written by a member).
+    epoch = models.BigIntegerField(null=True, blank=True)
+    payload = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["seq"]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.kind}"

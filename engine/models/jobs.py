@@ -1,0 +1,152 @@
+"""Jobs as the engine runs them: jobs, pipelines, task groups, split assignments and durable
+control steps."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models.functions import Now
+
+from engine.states import ExecutionStatus, JobStatus, TaskGroupKind
+
+from .cluster import Member, Slot
+from .fields import OrderedJSONField
+
+
+class Job(models.Model):
+    """A submitted job: its config, plan and status (see engine.states.JOB_TRANSITIONS)."""
+
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=16, choices=JobStatus.choices, db_index=True)
+    mode = models.CharField(max_length=16)
+    config_text = models.TextField()
+    env = models.JSONField(default=dict)
+    slots_needed = models.IntegerField()
+    error_msg = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+    #: ``job.dirty-task.threshold`` (<= 0: dirty-job tracking disabled; see engine.dirty).
+    dirty_threshold = models.IntegerField(default=-1)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["status", "id"])]
+
+    def __str__(self) -> str:
+        return f"job {self.id} {self.name} ({self.status})"
+
+
+class Pipeline(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="pipelines")
+    index = models.IntegerField(help_text="pipelineId, 1-based within the job")
+    status = models.CharField(
+        max_length=16, choices=ExecutionStatus.choices, default=ExecutionStatus.CREATED
+    )
+    restore_count = models.IntegerField(default=0)
+    plan = OrderedJSONField()
+    #: Set by the enumerator once every split is assigned (readers wait for it).
+    splits_assigned = models.BooleanField(default=False)
+    #: Checkpoints ever completed / failed (the rows themselves are pruned to the retained few).
+    checkpoints_completed = models.IntegerField(default=0)
+    checkpoints_failed = models.IntegerField(default=0)
+    error_msg = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["job_id", "index"]
+        constraints = [models.UniqueConstraint(fields=["job", "index"], name="pipeline_job_index")]
+
+    def __str__(self) -> str:
+        return f"pipeline {self.index} of job {self.job_id}"
+
+
+class TaskGroup(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="task_groups")
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="task_groups")
+    kind = models.CharField(max_length=16, choices=TaskGroupKind.choices)
+    index = models.IntegerField(help_text="reader index (0 for the enumerator)")
+    status = models.CharField(
+        max_length=16, choices=ExecutionStatus.choices, default=ExecutionStatus.CREATED
+    )
+    #: Rises on every (re)deployment; commands and reports of an older attempt are rejected.
+    attempt = models.IntegerField(default=0)
+    member = models.ForeignKey(
+        Member, null=True, blank=True, on_delete=models.SET_NULL, related_name="task_groups"
+    )
+    slot = models.ForeignKey(
+        Slot, null=True, blank=True, on_delete=models.SET_NULL, related_name="task_groups"
+    )
+    error_msg = models.TextField(blank=True, default="")
+    #: Set when the task group failed because its member was lost (such failures restore).
+    lost_member = models.ForeignKey(
+        Member, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    source_received = models.BigIntegerField(default=0)
+    sink_written = models.BigIntegerField(default=0)
+    rows_per_second = models.FloatField(default=0.0)
+    #: Wall-clock and thread CPU seconds the data plane ran (for per-slot throughput).
+    busy_seconds = models.FloatField(default=0.0)
+    cpu_seconds = models.FloatField(default=0.0)
+    deployed_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["pipeline_id", "kind", "index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pipeline", "kind", "index"], name="taskgroup_pipeline_kind_index"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.index} of pipeline {self.pipeline_id}"
+
+
+class SplitAssignment(models.Model):
+    """A source split given to a reader by the enumerator, with the reader's offset in it."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="splits")
+    split_id = models.CharField(max_length=200)
+    split = models.JSONField()
+    reader_index = models.IntegerField()
+    offset = models.BigIntegerField(default=0)
+    done = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["pipeline_id", "reader_index", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["pipeline", "split_id"], name="split_pipeline_id")
+        ]
+
+    def __str__(self) -> str:
+        return f"split {self.split_id} -> reader {self.reader_index}"
+
+
+class ControlStep(models.Model):
+    """A durable control step (e.g. a pipeline restore): the row is the intent.
+
+    The active master enqueues due steps on Celery's ``control`` queue (acks_late) and re-enqueues
+    any that are not DONE after a while or were enqueued under an older epoch; the step runs under
+    the epoch it was enqueued with, and is idempotent by its stable ``key``.
+    """
+
+    class State(models.TextChoices):
+        PENDING = "PENDING"
+        DONE = "DONE"
+
+    key = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=64)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="control_steps")
+    payload = models.JSONField(default=dict)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    due_at = models.DateTimeField(db_default=Now())
+    epoch = models.BigIntegerField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.IntegerField(default=0)
+    created_at = models.DateTimeField(db_default=Now())
+    done_at = models.DateTimeField(null=True, blank=True)
+    result = models.TextField(blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "due_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.state})"
