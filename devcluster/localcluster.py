@@ -21,6 +21,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+
+from engine.models import MasterCandidate, Member
+from engine.queries import overview
+from engine.states import MemberState
 
 MANAGE = str(Path(settings.BASE_DIR) / "manage.py")
 
@@ -202,9 +208,6 @@ class LocalCluster:
     # -- readiness ---------------------------------------------------------------------------
 
     def ready(self, proc: ProcessSpec, spec: ClusterSpec) -> bool:
-        from engine.models import MasterCandidate, Member
-        from engine.states import MemberState
-
         pid = self.pid(proc.name)
         if proc.kind == "web":
             try:
@@ -219,8 +222,6 @@ class LocalCluster:
         return Member.objects.filter(name=proc.name, pid=pid, state=MemberState.ALIVE).exists()
 
     def has_active_master(self, spec: ClusterSpec) -> bool:
-        from engine.queries import overview
-
         active = overview()["activeMaster"]
         return bool(active and active["name"] in {p.name for p in spec.processes})
 
@@ -326,9 +327,6 @@ ADMIN_USERNAME = "admin"
 
 def ensure_admin(var_dir: Path) -> tuple[str, str, str]:
     """A local admin user with a random password and an API token (both kept mode 600)."""
-    from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
-
     user_model = get_user_model()
     password_file = var_dir / "admin-password"
     user, created = user_model.objects.get_or_create(

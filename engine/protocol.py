@@ -16,3 +16,20 @@ CURRENT_PROTOCOL_VERSION = 2
 DIRTY_TRACKING_SINCE = 2
 
 PROTOCOL_VERSION = int(os.environ.get("KEEL_PROTOCOL_VERSION", CURRENT_PROTOCOL_VERSION))
+
+#: The Celery queue that carries durable control steps; every worker consumes it.
+CONTROL_QUEUE = "control"
+
+
+def member_queue(member_name: str) -> str:
+    """The Celery queue that carries commands to one member (one worker process)."""
+    return f"member.{member_name}"
+
+
+# Celery task names: the master and members agree on these, never on each other's modules.
+TASK_MEMBER_PING = "engine.member.ping"
+TASK_DEPLOY = "engine.taskgroup.deploy"
+TASK_CANCEL = "engine.taskgroup.cancel"
+TASK_BARRIER = "engine.checkpoint.barrier"
+TASK_COMMIT = "engine.checkpoint.commit"
+TASK_CONTROL_STEP = "engine.control.run"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import connection
 from django.db.models import Count, Q, QuerySet, Sum
 
+from engine import dirty
 from engine.models import EngineEvent, Job, Member, Slot, TaskGroup
 from engine.states import EXECUTION_TERMINAL, JobStatus, MemberState, SlotState
 
@@ -101,8 +102,6 @@ def slots() -> list[dict]:
 def recent_jobs(limit: int = 20, recovery: str | None = None) -> QuerySet[Job]:
     """The newest jobs with their row counts and dirty-job label (for the dashboard), only
     those whose label is ``recovery`` if given."""
-    from engine import dirty
-
     jobs = dirty.annotate(
         Job.objects.annotate(
             rows_read=Sum("task_groups__source_received"),

@@ -1,4 +1,9 @@
-"""The Celery application: broker and queues for member commands and durable control steps."""
+"""The Celery application: broker and queues for member commands and durable control steps.
+
+Loaded with the settings package, so it is every process's current app: the engine sends by
+task name through ``celery.current_app`` and never imports this module. Each side registers its
+handlers: members the commands they receive, the master side the control steps any worker runs.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,11 @@ import os
 from celery import Celery
 from kombu import Queue
 
+from engine.protocol import CONTROL_QUEUE
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "keel.settings")
 
 app = Celery("keel")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.task_queues = [Queue("control")]
-app.autodiscover_tasks(["engine.member"], related_name="handlers")
-
-
-def member_queue(member_name: str) -> str:
-    """The queue that carries commands to one member (one worker process)."""
-    return f"member.{member_name}"
+app.conf.task_queues = [Queue(CONTROL_QUEUE)]
+app.autodiscover_tasks(["engine.member", "engine.master"], related_name="handlers")

@@ -8,6 +8,7 @@ and turns on the transport-security settings that ``manage.py check --deploy`` a
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -32,8 +33,6 @@ PROCESS_NAME = os.environ.get("KEEL_PROCESS_NAME", "keel")
 
 def _duration(name: str, text: str) -> float:
     """Seconds from ``500ms``, ``90s``, ``10m``, ``2h`` or a bare number of seconds."""
-    import re
-
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
     if not match:
         raise ImproperlyConfigured(f"{name}: {text!r} is not a duration (e.g. 10m, 90s, 500ms)")

@@ -292,7 +292,7 @@ def test_member_queue_reaches_that_members_celery_worker(healthy):
     script = (
         "import django, json, sys; django.setup()\n"
         "from engine.member.handlers import member_ping\n"
-        "from keel.celery import member_queue\n"
+        "from engine.protocol import member_queue\n"
         "r = member_ping.apply_async(args=[sys.argv[1]], queue=member_queue(sys.argv[1]))\n"
         "print(json.dumps(r.get(timeout=20)))\n"
     )

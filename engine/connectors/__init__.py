@@ -1,33 +1,12 @@
-"""The plugin registry: each connector or transform is one module that registers its class."""
+"""Connectors and transforms: one module per plugin, each registering its class on import."""
 
 from __future__ import annotations
 
-from .base import Option, Plugin, validate_block
+from engine.connectors import console, fake, jdbc, localfile, transforms
+from engine.connectors.base import Option, Plugin, validate_block
+from engine.connectors.registry import get_plugin, plugin_names, register
 
-_REGISTRY: dict[tuple[str, str], type[Plugin]] = {}
-
-
-def register(plugin: type[Plugin]) -> type[Plugin]:
-    key = (plugin.section, plugin.name)
-    if key in _REGISTRY:
-        raise ValueError(f"{plugin.section} plugin {plugin.name} registered twice")
-    _REGISTRY[key] = plugin
-    return plugin
-
-
-def get_plugin(section: str, name: str) -> type[Plugin] | None:
-    _load()
-    return _REGISTRY.get((section, name))
-
-
-def plugin_names(section: str) -> list[str]:
-    _load()
-    return sorted(name for sec, name in _REGISTRY if sec == section)
-
-
-def _load() -> None:
-    # Importing the modules registers their plugins.
-    from . import console, fake, jdbc, localfile, transforms  # noqa: F401
-
+#: The plugin modules, imported above for their registration.
+PLUGIN_MODULES = (console, fake, jdbc, localfile, transforms)
 
 __all__ = ["Option", "Plugin", "get_plugin", "plugin_names", "register", "validate_block"]

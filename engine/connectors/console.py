@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from . import register
-from .base import Option, SinkPlugin, SinkWriter
+from engine.connectors.base import Option, SinkPlugin, SinkWriter
+from engine.connectors.registry import register
 
 log = logging.getLogger("keel.sink.console")
 

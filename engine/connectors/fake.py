@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
-from . import register
-from .base import Option, SourcePlugin
-from .schema import Schema, parse_schema
+from engine.connectors.base import Option, SourcePlugin
+from engine.connectors.registry import register
+from engine.connectors.schema import Schema, parse_schema
 
 DEFAULT_SCHEMA = Schema((("id", "bigint"), ("name", "string"), ("value", "double")))
 EPOCH = datetime(2024, 1, 1, tzinfo=UTC)

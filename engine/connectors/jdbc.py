@@ -11,9 +11,9 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from . import register
-from .base import Option, SinkPlugin, SinkWriter, SourcePlugin
-from .schema import Schema
+from engine.connectors.base import Option, SinkPlugin, SinkWriter, SourcePlugin
+from engine.connectors.registry import register
+from engine.connectors.schema import Schema
 
 PG_TYPES = {
     "smallint": "int",

@@ -13,9 +13,9 @@ import json
 import os
 from pathlib import Path
 
-from . import register
-from .base import Option, SinkPlugin, SinkWriter, SourcePlugin
-from .schema import Schema, parse_schema
+from engine.connectors.base import Option, SinkPlugin, SinkWriter, SourcePlugin
+from engine.connectors.registry import register
+from engine.connectors.schema import Schema, parse_schema
 
 FORMATS = ("csv", "json")
 TMP_DIR = ".keel-tmp"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import operator
 
-from . import register
-from .base import Option, TransformPlugin
-from .schema import Schema
+from engine.connectors.base import Option, TransformPlugin
+from engine.connectors.registry import register
+from engine.connectors.schema import Schema
 
 
 @register

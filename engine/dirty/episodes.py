@@ -27,6 +27,7 @@ from engine.models import (
     TaskGroup,
 )
 from engine.states import EXECUTION_TERMINAL, JOB_TERMINAL, ExecutionStatus, JobStatus, MemberState
+from history.models import JobHistory
 
 log = logging.getLogger("keel.dirty")
 
@@ -187,8 +188,6 @@ def on_job_terminal(job: Job, epoch: int | None = None, strict: bool = False):
     If the snapshot cannot be written, the running state is kept (DIRTY is never lost) and the
     reconciliation snapshots it later; the job's end is never blocked (``strict``: raise, for
     the reconciliation's own containment)."""
-    from history.models import JobHistory
-
     events: list[EngineEvent] = []
     try:
         with transaction.atomic():

@@ -18,12 +18,15 @@ from engine.models import (
     DirtyJobState,
     DirtyTrackingGap,
     Job,
+    MasterCandidate,
     Member,
     MemberLossIncident,
     RecoveryAttempt,
     RecoveryEpisode,
 )
-from engine.states import JOB_TERMINAL, MemberState
+from engine.protocol import DIRTY_TRACKING_SINCE
+from engine.states import JOB_TERMINAL, CandidateState, MemberState
+from history.models import JobHistory
 
 
 @dataclass(frozen=True)
@@ -143,8 +146,6 @@ def job_summary(job: Job) -> dict:
     record without a summary (or no record at all) reads as DISABLED."""
     state = None
     if job.status in JOB_TERMINAL:
-        from history.models import JobHistory
-
         snapshot = (
             JobHistory.objects.filter(job_id=job.id).values_list("dirty_task", flat=True).first()
         )
@@ -206,8 +207,6 @@ def episode_list(job_id: int) -> list[dict]:
 
 def job_episodes(job: Job) -> list[dict]:
     if job.status in JOB_TERMINAL:
-        from history.models import JobHistory
-
         return (
             JobHistory.objects.filter(job_id=job.id).values_list("episodes", flat=True).first()
             or []
@@ -262,10 +261,6 @@ def dirty_filter(value: bool) -> Q:
 
 def older_members() -> list[str]:
     """Alive members and masters that run a protocol older than dirty tracking needs."""
-    from engine.models import MasterCandidate
-    from engine.protocol import DIRTY_TRACKING_SINCE
-    from engine.states import CandidateState
-
     members = [
         f"member {name} ({uuid}) runs protocol {version}"
         for name, uuid, version in Member.objects.filter(

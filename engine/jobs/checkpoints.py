@@ -21,14 +21,16 @@ from django.utils import timezone
 
 from engine.events import append_events
 from engine.fencing import fenced
+from engine.jobs.scheduler import Deployment
 from engine.models import Checkpoint, EngineEvent, Pipeline, TaskCheckpoint, TaskGroup
 from engine.states import ExecutionStatus, JobStatus, MemberState, TaskGroupKind
 
 log = logging.getLogger("keel.checkpoints")
 
 
-def trigger_due(epoch: int) -> bool:
-    """Start a checkpoint for every RUNNING pipeline whose interval has passed."""
+def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
+    """Start a checkpoint for every RUNNING pipeline whose interval has passed. Returns the
+    barriers to send once committed: (checkpoint id, task group attempt)."""
     now = timezone.now()
     candidates = (
         Pipeline.objects.filter(status=ExecutionStatus.RUNNING, job__status=JobStatus.RUNNING)
@@ -44,8 +46,9 @@ def trigger_due(epoch: int) -> bool:
         if pipeline.last is None or pipeline.last <= now - timedelta(milliseconds=interval):
             due.append(pipeline)
     if not due:
-        return False
-    barriers = []
+        return []
+    barriers: list[tuple[int, Deployment]] = []
+    events: list[EngineEvent] = []
     with fenced(epoch):
         for pipeline in due:
             groups = list(
@@ -53,40 +56,28 @@ def trigger_due(epoch: int) -> bool:
                     pipeline=pipeline,
                     status=ExecutionStatus.RUNNING,
                     member__state=MemberState.ALIVE,  # a lost member's group is failing anyway
-                ).select_related("member")
+                ).values_list(*Deployment.FIELDS)
             )
             total = TaskGroup.objects.filter(pipeline=pipeline).count()
             if len(groups) != total:
                 continue  # some task group is not running (e.g. finished batch reader)
+            targets = [Deployment.of(row) for row in groups]
             checkpoint = Checkpoint.objects.create(
                 job_id=pipeline.job_id,
                 pipeline=pipeline,
-                expected={str(g.id): g.attempt for g in groups},
+                expected={str(g.task_group_id): g.attempt for g in targets},
             )
-            barriers += [(checkpoint.id, g) for g in groups]
-        events = [
-            EngineEvent(
-                kind="checkpoint.triggered",
-                job_id=g.job_id,
-                epoch=epoch,
-                payload={"checkpointId": cid, "pipelineId": g.pipeline_id},
+            barriers += [(checkpoint.id, g) for g in targets]
+            events.append(
+                EngineEvent(
+                    kind="checkpoint.triggered",
+                    job_id=pipeline.job_id,
+                    epoch=epoch,
+                    payload={"checkpointId": checkpoint.id, "pipelineId": pipeline.id},
+                )
             )
-            for cid, g in {cid: g for cid, g in barriers}.items()
-        ]
         append_events(events)
-    from engine.master.orchestration import send
-    from engine.member.handlers import checkpoint_barrier
-
-    for checkpoint_id, group in barriers:
-        send(
-            checkpoint_barrier,
-            group.id,
-            group.attempt,
-            group.member.name,
-            str(group.member.uuid),
-            extra=[checkpoint_id],
-        )
-    return bool(barriers)
+    return barriers
 
 
 def acknowledge(checkpoint_id: int, task_group_id: int, attempt: int, state: dict) -> bool:
@@ -109,16 +100,15 @@ def acknowledge(checkpoint_id: int, task_group_id: int, attempt: int, state: dic
         return False
 
 
-def complete_or_expire(epoch: int) -> bool:
-    """COMPLETE checkpoints every expected attempt acked; FAIL those timed out or orphaned."""
+def complete_or_expire(epoch: int) -> list[Checkpoint]:
+    """COMPLETE checkpoints every expected attempt acked; FAIL those timed out or orphaned.
+    Returns the checkpoints this call ended (the completed ones' commits are to be sent)."""
     pending = list(
         Checkpoint.objects.filter(state=Checkpoint.State.PENDING)
         .select_related("pipeline", "job")
         .annotate(acks_n=Count("acks"))
     )
-    if not pending:
-        return False
-    did = False
+    ended: list[Checkpoint] = []
     now = timezone.now()
     for checkpoint in pending:
         acks = {
@@ -136,24 +126,20 @@ def complete_or_expire(epoch: int) -> bool:
             )
         }
         if not expected <= current:
-            did |= _end(
-                epoch,
-                checkpoint,
-                Checkpoint.State.FAILED,
-                "a task group was redeployed before every ack",
-            )
+            state, reason = Checkpoint.State.FAILED, "a task group was redeployed before every ack"
         elif expected <= acks:
-            did |= _end(epoch, checkpoint, Checkpoint.State.COMPLETED)
+            state, reason = Checkpoint.State.COMPLETED, ""
         elif checkpoint.pipeline.status != ExecutionStatus.RUNNING:
-            did |= _end(
-                epoch,
-                checkpoint,
-                Checkpoint.State.FAILED,
-                f"pipeline {checkpoint.pipeline.status} before every ack",
-            )
+            state = Checkpoint.State.FAILED
+            reason = f"pipeline {checkpoint.pipeline.status} before every ack"
         elif checkpoint.triggered_at < now - timeout:
-            did |= _end(epoch, checkpoint, Checkpoint.State.FAILED, "checkpoint timeout")
-    return did
+            state, reason = Checkpoint.State.FAILED, "checkpoint timeout"
+        else:
+            continue
+        if _end(epoch, checkpoint, state, reason):
+            checkpoint.state = state
+            ended.append(checkpoint)
+    return ended
 
 
 def _end(epoch: int, checkpoint: Checkpoint, state: str, reason: str = "") -> bool:
@@ -183,8 +169,6 @@ def _end(epoch: int, checkpoint: Checkpoint, state: str, reason: str = "") -> bo
         )
         if state == Checkpoint.State.COMPLETED:
             _prune(checkpoint)
-    if state == Checkpoint.State.COMPLETED:
-        _send_commits(checkpoint)
     return True
 
 
@@ -203,27 +187,19 @@ def _prune(checkpoint: Checkpoint) -> None:
         ).delete()
 
 
-def _send_commits(checkpoint: Checkpoint) -> None:
-    from engine.master.orchestration import send
-    from engine.member.handlers import checkpoint_commit
-
-    # A reader that misses this (its member died) commits on restore instead: the new attempt
-    # completes the commit of the checkpoint it restores from.
-    readers = TaskGroup.objects.filter(
-        pipeline_id=checkpoint.pipeline_id,
-        kind=TaskGroupKind.READER,
-        status=ExecutionStatus.RUNNING,
-        member__state=MemberState.ALIVE,
-    ).select_related("member")
-    for group in readers:
-        send(
-            checkpoint_commit,
-            group.id,
-            group.attempt,
-            group.member.name,
-            str(group.member.uuid),
-            extra=[checkpoint.id],
-        )
+def committers(checkpoint: Checkpoint) -> list[Deployment]:
+    """The readers to tell that ``checkpoint`` completed. A reader that misses it (its member
+    died) commits on restore instead: the new attempt completes the commit of the checkpoint
+    it restores from."""
+    return [
+        Deployment.of(row)
+        for row in TaskGroup.objects.filter(
+            pipeline_id=checkpoint.pipeline_id,
+            kind=TaskGroupKind.READER,
+            status=ExecutionStatus.RUNNING,
+            member__state=MemberState.ALIVE,
+        ).values_list(*Deployment.FIELDS)
+    ]
 
 
 def latest_completed(pipeline_id: int) -> Checkpoint | None:

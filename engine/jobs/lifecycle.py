@@ -14,6 +14,7 @@ from django.db.models.functions import Now
 
 from engine import dirty
 from engine.events import append_events
+from engine.jobs import recovery
 from engine.models import EngineEvent, Job, Pipeline, Slot, TaskGroup
 from engine.states import (
     EXECUTION_TERMINAL,
@@ -24,6 +25,7 @@ from engine.states import (
     JobStatus,
     MemberState,
     SlotState,
+    TaskGroupKind,
     check_transition,
 )
 
@@ -70,6 +72,24 @@ def mark_running(task_group_id: int, attempt: int, member_id: int) -> bool:
         events += settle_job(job)
         append_events(events)
     return True
+
+
+def owns(task_group_id: int, attempt: int, member_id: int) -> bool:
+    """This attempt of the task group still belongs to this member and has not ended."""
+    return (
+        TaskGroup.objects.filter(id=task_group_id, attempt=attempt, member_id=member_id)
+        .exclude(status__in=EXECUTION_TERMINAL)
+        .exists()
+    )
+
+
+def readers_live(pipeline_id: int) -> bool:
+    """Some reader of the pipeline has not ended (its enumerator keeps its slot until then)."""
+    return (
+        TaskGroup.objects.filter(pipeline_id=pipeline_id, kind=TaskGroupKind.READER)
+        .exclude(status__in=EXECUTION_TERMINAL)
+        .exists()
+    )
 
 
 def report_metrics(
@@ -277,7 +297,7 @@ def _settle(job: Job, pipelines: list[Pipeline]) -> list[EngineEvent]:
             restoring.add(pipeline.id)
             target = ES.FAILING
             if all(s in EXECUTION_TERMINAL for s in statuses):
-                events += _request_restore(job, pipeline, mine)
+                events += recovery.request_restore(job, pipeline, mine)
         if target == pipeline.status:
             continue
         errors = [g["error_msg"] for g in mine if g["status"] == ES.FAILED and g["error_msg"]]
@@ -317,40 +337,6 @@ def _settle(job: Job, pipelines: list[Pipeline]) -> list[EngineEvent]:
         fields.append("finished_at")
     job.save(update_fields=fields)
     return events
-
-
-def _request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[EngineEvent]:
-    """Create the pipeline's next restore step (idempotent by its key)."""
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from engine.models import ControlStep
-
-    number = pipeline.restore_count + 1
-    key = f"restore:{pipeline.id}:{number}"
-    delay = float(job.env.get("job.retry.interval.seconds", 3) or 0)
-    lost = sorted({g["lost_member_id"] for g in groups if g["lost_member_id"]})
-    _, created = ControlStep.objects.get_or_create(
-        key=key,
-        defaults={
-            "kind": "restore-pipeline",
-            "job": job,
-            "payload": {"pipelineId": pipeline.id, "restore": number, "lostMembers": lost},
-            "due_at": timezone.now() + timedelta(seconds=delay),
-        },
-    )
-    if not created:
-        return []
-    return [
-        EngineEvent(
-            kind="pipeline.restore-requested",
-            job_id=job.id,
-            payload={"pipelineId": pipeline.index, "restore": number, "inSeconds": delay},
-        ),
-        # Restore preparation: the dirty-job attempt is allocated (not counted) here.
-        *dirty.on_restore_prepared(job, pipeline, number, lost),
-    ]
 
 
 def active_task_groups(job_ids: Iterable[int]) -> list[TaskGroup]:

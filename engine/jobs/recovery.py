@@ -1,11 +1,10 @@
-"""Pipeline restore after member loss, run as durable control steps.
+"""Pipeline restore after member loss: the intent and its execution.
 
-The restore intent is a ControlStep row created by the roll-up (engine.lifecycle) once every
-task group of the failed pipeline has ended. The active master enqueues due steps on Celery's
-``control`` queue (acks_late) under its epoch, and re-enqueues a step that is not DONE after
-ENQUEUE_TIMEOUT or that was enqueued under an older epoch: a master or worker dying in the middle
-of a recovery never leaves the pipeline stuck. Executing a step is idempotent: it restores the
-pipeline only if it is still FAILING with that restore number pending, else it is a no-op.
+The restore intent is a ControlStep row that the roll-up (engine.jobs.lifecycle) creates once
+every task group of the failed pipeline has ended, due after ``job.retry.interval.seconds``.
+The active master runs due steps through the control queue (engine.master.control). Executing a
+step is idempotent: it restores the pipeline only if it is still FAILING with that restore
+number pending, else it is a no-op.
 """
 
 from __future__ import annotations
@@ -13,76 +12,54 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from engine import dirty
 from engine.events import append_events
-from engine.fencing import StaleEpoch, fenced
-from engine.jobs import checkpoints
+from engine.fencing import fenced
+from engine.jobs import checkpoints, splits
 from engine.jobs.scheduler import Deployment, deploy_on, take_slots
 from engine.models import (
     ControlStep,
     EngineEvent,
     Job,
     Pipeline,
-    SplitAssignment,
     TaskGroup,
 )
 from engine.states import EXECUTION_TERMINAL, ExecutionStatus, JobStatus
 
 log = logging.getLogger("keel.recovery")
-ENQUEUE_TIMEOUT = 10.0
 NO_SLOTS_RETRY = 1.0
 
 
-def enqueue_due_steps(epoch: int) -> bool:
-    """Active-master step: put due control steps on the ``control`` queue (under our epoch)."""
-    now = timezone.now()
-    with fenced(epoch):
-        due = list(
-            ControlStep.objects.select_for_update(no_key=True, skip_locked=True)
-            .filter(state=ControlStep.State.PENDING, due_at__lte=now)
-            .filter(
-                Q(enqueued_at__isnull=True)
-                | Q(enqueued_at__lt=now - timedelta(seconds=ENQUEUE_TIMEOUT))
-                | ~Q(epoch=epoch)
-            )
-            .order_by("due_at", "id")[:100]
-        )
-        if due:
-            ControlStep.objects.filter(id__in=[s.id for s in due]).update(
-                enqueued_at=now, epoch=epoch
-            )
-    if not due:
-        return False
-    from engine.member.handlers import run_control_step
-
-    for step in due:
-        try:
-            run_control_step.apply_async(args=[step.id, epoch], queue="control")
-        except Exception:
-            log.warning("could not enqueue control step %s", step.key, exc_info=True)
-    return True
-
-
-def run_step(step_id: int, epoch: int) -> str:
-    """Execute one control step (in any worker's Celery pool). Returns what happened."""
-    step = ControlStep.objects.filter(id=step_id).first()
-    if step is None or step.state == ControlStep.State.DONE:
-        return "done already"
-    if step.kind != "restore-pipeline":
-        return f"unknown step kind {step.kind}"
-    try:
-        result, deployments = restore_pipeline(step, epoch)
-    except StaleEpoch:
-        return "stale epoch: the active master re-enqueues it"
-    if deployments:
-        from engine.master.orchestration import send_deploy
-
-        send_deploy(deployments)
-    return result
+def request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[EngineEvent]:
+    """Create the pipeline's next restore step (idempotent by its key); the job row is locked
+    by the caller's roll-up."""
+    number = pipeline.restore_count + 1
+    key = f"restore:{pipeline.id}:{number}"
+    delay = float(job.env.get("job.retry.interval.seconds", 3) or 0)
+    lost = sorted({g["lost_member_id"] for g in groups if g["lost_member_id"]})
+    _, created = ControlStep.objects.get_or_create(
+        key=key,
+        defaults={
+            "kind": "restore-pipeline",
+            "job": job,
+            "payload": {"pipelineId": pipeline.id, "restore": number, "lostMembers": lost},
+            "due_at": timezone.now() + timedelta(seconds=delay),
+        },
+    )
+    if not created:
+        return []
+    return [
+        EngineEvent(
+            kind="pipeline.restore-requested",
+            job_id=job.id,
+            payload={"pipelineId": pipeline.index, "restore": number, "inSeconds": delay},
+        ),
+        # Restore preparation: the dirty-job attempt is allocated (not counted) here.
+        *dirty.on_restore_prepared(job, pipeline, number, lost),
+    ]
 
 
 def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deployment]]:
@@ -168,14 +145,10 @@ def _rewind_splits(pipeline: Pipeline, groups: list[TaskGroup]) -> int | None:
     one, start over: the enumerator assigns the splits again. Returns the checkpoint id."""
     latest = checkpoints.latest_completed(pipeline.id)
     if latest is None:
-        SplitAssignment.objects.filter(pipeline=pipeline).delete()
+        splits.forget(pipeline.id)
         return None
     for group in groups:
-        state = checkpoints.reader_state(latest, group.id)
-        for split_id, position in (state.get("splits") or {}).items():
-            SplitAssignment.objects.filter(pipeline=pipeline, split_id=split_id).update(
-                offset=position["offset"], done=position["done"]
-            )
+        splits.rewind(pipeline.id, checkpoints.reader_state(latest, group.id).get("splits") or {})
     return latest.id
 
 

@@ -25,10 +25,20 @@ log = logging.getLogger("keel.scheduler")
 
 @dataclass(frozen=True)
 class Deployment:
+    """A task group attempt placed on a member: where its commands go."""
+
     task_group_id: int
     attempt: int
     member_name: str
     member_uuid: str
+
+    #: The task-group values a Deployment is read from (``values_list(*Deployment.FIELDS)``).
+    FIELDS = ("id", "attempt", "member__name", "member__uuid")
+
+    @classmethod
+    def of(cls, row: tuple) -> Deployment:
+        group_id, attempt, member_name, member_uuid = row[:4]
+        return cls(group_id, attempt, member_name, str(member_uuid))
 
 
 def _free_slots(count: int) -> list[tuple[int, int]]:

@@ -20,8 +20,7 @@ from engine import dirty
 from engine.cluster.election import Leadership, LeadershipLost, record_candidate
 from engine.cluster.membership import SWEEP_INTERVAL, sweep_members
 from engine.fencing import StaleEpoch
-from engine.jobs import checkpoints, recovery
-from engine.master import orchestration
+from engine.master import control, orchestration
 from engine.states import CandidateState
 
 log = logging.getLogger("keel.master")
@@ -135,13 +134,12 @@ class Master:
     def step_control(self) -> bool:
         if not self._reconciled() or not self._active_and(self.control_timer):
             return False
-        return recovery.enqueue_due_steps(self.leadership.epoch)
+        return control.enqueue_due_steps(self.leadership.epoch)
 
     def step_checkpoints(self) -> bool:
         if not self._active_and(self.checkpoint_timer):
             return False
-        completed = checkpoints.complete_or_expire(self.leadership.epoch)
-        return checkpoints.trigger_due(self.leadership.epoch) or completed
+        return orchestration.coordinate_checkpoints(self.leadership.epoch)
 
     def step_schedule(self) -> bool:
         if not self._reconciled() or not self._active_and(self.schedule_timer):

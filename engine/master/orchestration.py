@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import timedelta
 
 from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from engine.fencing import fenced
-from engine.jobs import lifecycle
+from engine.jobs import checkpoints, lifecycle
 from engine.jobs.scheduler import Deployment, schedule_next
-from engine.models import TaskGroup
+from engine.master import commands
+from engine.models import Checkpoint, TaskGroup
 from engine.states import EXECUTION_TERMINAL, ExecutionStatus, JobStatus, MemberState
 
 log = logging.getLogger("keel.orchestration")
@@ -26,34 +28,11 @@ DEPLOY_TIMEOUT = 60.0
 CANCEL_RESEND = 2.0
 
 
-def send_deploy(deployments: list[Deployment]) -> None:
-    """Send deploy commands; a message that cannot be sent is re-sent by ``redeliver``."""
-    from engine.member.handlers import deploy_task_group
-
-    for d in deployments:
-        send(deploy_task_group, d.task_group_id, d.attempt, d.member_name, d.member_uuid)
-
-
-def send(
-    task, group_id: int, attempt: int, member_name: str, member_uuid: str, extra: list | None = None
-) -> bool:
-    from keel.celery import member_queue
-
-    try:
-        task.apply_async(
-            args=[group_id, attempt, member_uuid, *(extra or [])], queue=member_queue(member_name)
-        )
-        return True
-    except Exception:
-        log.warning("could not send %s to %s", task.name, member_name, exc_info=True)
-        return False
-
-
 def schedule(epoch: int) -> bool:
     deployments = schedule_next(epoch)
     if not deployments:
         return False
-    send_deploy(deployments)
+    commands.deploy(deployments)
     return True
 
 
@@ -67,38 +46,31 @@ def redeliver(epoch: int) -> bool:
             .filter(
                 status=ExecutionStatus.DEPLOYING,
                 member__state=MemberState.ALIVE,
-                deployed_at__lt=Now() - _seconds(REDELIVER_AFTER),
+                deployed_at__lt=Now() - timedelta(seconds=REDELIVER_AFTER),
             )
-            .values_list("id", "attempt", "member__name", "member__uuid", "updated_at")[:200]
+            .values_list(*Deployment.FIELDS, "updated_at")[:200]
         )
         if stale:
             TaskGroup.objects.filter(id__in=[s[0] for s in stale]).update(deployed_at=Now())
     if not stale:
         return False
-    from engine.member.handlers import deploy_task_group
-
-    cutoff = timezone.now() - _seconds(DEPLOY_TIMEOUT)
-    for group_id, attempt, name, uuid, since in stale:
+    cutoff = timezone.now() - timedelta(seconds=DEPLOY_TIMEOUT)
+    for row in stale:
+        target, since = Deployment.of(row), row[-1]
         if since < cutoff:
             with fenced(epoch):
                 lifecycle.finish_task_group(
-                    group_id,
-                    attempt,
+                    target.task_group_id,
+                    target.attempt,
                     None,
                     ExecutionStatus.FAILED,
-                    f"member {name} ({uuid}) did not take up the deployment within "
-                    f"{DEPLOY_TIMEOUT:.0f}s",
+                    f"member {target.member_name} ({target.member_uuid}) did not take up the "
+                    f"deployment within {DEPLOY_TIMEOUT:.0f}s",
                 )
             continue
-        send(deploy_task_group, group_id, attempt, name, str(uuid))
+        commands.deploy([target])
     log.info("re-sent %s deploy commands", len(stale))
     return True
-
-
-def _seconds(value: float):
-    from datetime import timedelta
-
-    return timedelta(seconds=value)
 
 
 def stopping_task_groups():
@@ -116,31 +88,26 @@ class CancelSender:
     """Sends cancel commands to task groups of CANCELING / FAILING jobs until they end."""
 
     def __init__(self) -> None:
-        self.sent: dict[tuple[int, int], float] = {}
+        self.sent: dict[Deployment, float] = {}
 
     def step(self, epoch: int) -> bool:
-        groups = list(
-            stopping_task_groups().values_list("id", "attempt", "member__name", "member__uuid")[
-                :500
-            ]
-        )
+        groups = [
+            Deployment.of(row)
+            for row in stopping_task_groups().values_list(*Deployment.FIELDS)[:500]
+        ]
         now = time.monotonic()
-        due = [g for g in groups if now - self.sent.get((g[0], g[1]), 0) >= CANCEL_RESEND]
-        if not due:
-            return False
-        from engine.member.handlers import cancel_task_group
-
-        for group_id, attempt, name, uuid in due:
-            send(cancel_task_group, group_id, attempt, name, str(uuid))
-            self.sent[(group_id, attempt)] = now
-        live = {(g[0], g[1]) for g in groups}
+        due = [g for g in groups if now - self.sent.get(g, 0) >= CANCEL_RESEND]
+        for target in due:
+            commands.cancel(target)
+            self.sent[target] = now
+        live = set(groups)
         self.sent = {k: v for k, v in self.sent.items() if k in live}
-        return True
+        return bool(due)
 
 
 def fail_lost_task_groups(epoch: int) -> bool:
     """Task groups whose member is gone can never report: fail them as lost with it, which
-    makes their pipeline restore (engine.lifecycle.settle_job, engine.recovery)."""
+    makes their pipeline restore (engine.jobs.lifecycle, engine.jobs.recovery)."""
     lost = list(
         TaskGroup.objects.exclude(status__in=EXECUTION_TERMINAL)
         .exclude(status=ExecutionStatus.CREATED)
@@ -170,3 +137,17 @@ def fail_lost_task_groups(epoch: int) -> bool:
                 count += 1
     log.warning("failed %s task groups of lost members", count)
     return count > 0
+
+
+def coordinate_checkpoints(epoch: int) -> bool:
+    """End the checkpoints that can end and tell readers to commit the completed ones; then
+    trigger the checkpoints that are due and send their barriers."""
+    ended = checkpoints.complete_or_expire(epoch)
+    for checkpoint in ended:
+        if checkpoint.state == Checkpoint.State.COMPLETED:
+            for target in checkpoints.committers(checkpoint):
+                commands.commit(target, checkpoint.id)
+    barriers = checkpoints.trigger_due(epoch)
+    for checkpoint_id, target in barriers:
+        commands.barrier(target, checkpoint_id)
+    return bool(ended or barriers)

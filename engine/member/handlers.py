@@ -1,18 +1,30 @@
-"""Celery tasks. Handlers only validate and hand work to the member runtime; they own no state."""
+"""The Celery tasks of the commands a member receives on ``member.<name>``.
+
+Handlers own no state: each checks that the command is addressed to this member, validates it,
+and hands it to the member runtime. The master sends them by name (engine.protocol), never by
+importing this module.
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from engine.member.worker import current_member
+from engine.member import runtime
+from engine.member.mailbox import Barrier, Commit
+from engine.models import TaskGroup
+from engine.protocol import TASK_BARRIER, TASK_CANCEL, TASK_COMMIT, TASK_DEPLOY, TASK_MEMBER_PING
+from engine.states import ExecutionStatus
+
+NOT_ADDRESSED = {"ok": False, "reason": "command for another member"}
 
 
-@shared_task(name="engine.member.ping", acks_late=False)
+@shared_task(name=TASK_MEMBER_PING, acks_late=False)
 def member_ping(expected_name: str | None = None) -> dict:
     """Answer with the identity of the member that consumed the command (a liveness probe)."""
-    member = current_member()
-    if member is None:
+    here = runtime.current()
+    if here is None:
         return {"ok": False, "error": "not a member process"}
+    member = here.member
     return {
         "ok": expected_name is None or expected_name == member.name,
         "memberUuid": str(member.uuid),
@@ -20,71 +32,48 @@ def member_ping(expected_name: str | None = None) -> dict:
     }
 
 
-@shared_task(name="engine.taskgroup.deploy", acks_late=False)
+@shared_task(name=TASK_DEPLOY, acks_late=False)
 def deploy_task_group(task_group_id: int, attempt: int, member_uuid: str) -> dict:
     """Deploy one attempt of a task group here. Validates, then hands it to the runtime."""
-    from engine.member.runtime import current
-    from engine.models import TaskGroup
-    from engine.states import ExecutionStatus
-
-    member, runtime = current_member(), current()
-    if member is None or runtime is None or str(member.uuid) != member_uuid:
-        return {"ok": False, "reason": "command for another member"}
+    here = runtime.addressed(member_uuid)
+    if here is None:
+        return NOT_ADDRESSED
     group = (
         TaskGroup.objects.filter(id=task_group_id).values("attempt", "member_id", "status").first()
     )
     if group is None:
         return {"ok": False, "reason": "unknown task group"}
-    if group["attempt"] != attempt or group["member_id"] != member.id:
+    if group["attempt"] != attempt or group["member_id"] != here.member.id:
         return {"ok": False, "reason": "stale attempt"}
     if group["status"] != ExecutionStatus.DEPLOYING:
         return {"ok": False, "reason": f"task group is {group['status']}"}
-    return {"ok": True, "result": runtime.deploy(task_group_id, attempt)}
+    return {"ok": True, "result": here.deploy(task_group_id, attempt)}
 
 
-@shared_task(name="engine.taskgroup.cancel", acks_late=False)
+@shared_task(name=TASK_CANCEL, acks_late=False)
 def cancel_task_group(task_group_id: int, attempt: int, member_uuid: str) -> dict:
-    from engine.member.runtime import current
-
-    member, runtime = current_member(), current()
-    if member is None or runtime is None or str(member.uuid) != member_uuid:
-        return {"ok": False, "reason": "command for another member"}
-    return {"ok": True, "result": runtime.cancel(task_group_id, attempt)}
+    here = runtime.addressed(member_uuid)
+    if here is None:
+        return NOT_ADDRESSED
+    return {"ok": True, "result": here.cancel(task_group_id, attempt)}
 
 
-@shared_task(name="engine.control.run", acks_late=True)
-def run_control_step(step_id: int, epoch: int) -> str:
-    """A durable control step (backed by its ControlStep row; idempotent by its key)."""
-    from engine.jobs.recovery import run_step
-
-    return run_step(step_id, epoch)
-
-
-def _runtime_for(member_uuid: str):
-    from engine.member.runtime import current
-
-    member, runtime = current_member(), current()
-    if member is None or runtime is None or str(member.uuid) != member_uuid:
-        return None
-    return runtime
-
-
-@shared_task(name="engine.checkpoint.barrier", acks_late=False)
+@shared_task(name=TASK_BARRIER, acks_late=False)
 def checkpoint_barrier(
     task_group_id: int, attempt: int, member_uuid: str, checkpoint_id: int
 ) -> dict:
     """Hand barrier N to the task group's mailbox; it is handled between two batches."""
-    runtime = _runtime_for(member_uuid)
-    if runtime is None:
-        return {"ok": False, "reason": "command for another member"}
-    return {"ok": runtime.offer(task_group_id, attempt, ("barrier", checkpoint_id))}
+    here = runtime.addressed(member_uuid)
+    if here is None:
+        return NOT_ADDRESSED
+    return {"ok": here.offer(task_group_id, attempt, Barrier(checkpoint_id))}
 
 
-@shared_task(name="engine.checkpoint.commit", acks_late=False)
+@shared_task(name=TASK_COMMIT, acks_late=False)
 def checkpoint_commit(
     task_group_id: int, attempt: int, member_uuid: str, checkpoint_id: int
 ) -> dict:
-    runtime = _runtime_for(member_uuid)
-    if runtime is None:
-        return {"ok": False, "reason": "command for another member"}
-    return {"ok": runtime.offer(task_group_id, attempt, ("commit", checkpoint_id))}
+    here = runtime.addressed(member_uuid)
+    if here is None:
+        return NOT_ADDRESSED
+    return {"ok": here.offer(task_group_id, attempt, Commit(checkpoint_id))}

@@ -1,28 +1,29 @@
 """The member runtime: task groups deployed to this worker, each in a thread it owns.
 
-Celery handlers (engine.tasks) only validate a command and hand it here. A task group thread
-reports RUNNING, runs the enumerator or the reader data plane, and reports how it ended, always
-under its attempt number: if the master has moved on (new attempt, job cancelled, member
-removed) the report changes nothing and the thread just stops.
+The Celery handlers (engine.member.handlers) only validate a command and hand it here. A task
+group thread reports RUNNING, runs the enumerator or the reader data plane, and reports how it
+ended, always under its attempt number: if the master has moved on (new attempt, job cancelled,
+member removed) the report changes nothing and the thread just stops.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 
-from django.db import close_old_connections, connections, transaction
+from django.db import close_old_connections, connections
 
-from engine.jobs import checkpoints, lifecycle
-from engine.member.dataplane import Counters, PluginFailure, guarded, instantiate, run_reader
-from engine.models import Job, Pipeline, SplitAssignment, TaskGroup
-from engine.states import EXECUTION_TERMINAL, ExecutionStatus, TaskGroupKind
+from engine.cluster.membership import MemberSession
+from engine.jobs import checkpoints, lifecycle, splits
+from engine.member.dataplane import Chain, Counters, PluginFailure, guarded, instantiate, run_reader
+from engine.member.mailbox import Barrier, Commit, Mailbox, Message
+from engine.models import TaskGroup
+from engine.states import ExecutionStatus, TaskGroupKind
 
 log = logging.getLogger("keel.runtime")
 SPLIT_WAIT_INTERVAL = 0.01
-MAILBOX_SIZE = 64
+ENUMERATOR_TICK = 0.05
 
 
 class TaskGroupThread(threading.Thread):
@@ -32,20 +33,11 @@ class TaskGroupThread(threading.Thread):
         self.task_group_id = task_group_id
         self.attempt = attempt
         self.stop = threading.Event()
-        #: Bounded mailbox of ordered commands (barriers, commits), drained between batches.
-        self.mailbox: queue.Queue = queue.Queue(maxsize=MAILBOX_SIZE)
-
-    def drain(self, handle) -> None:
-        while True:
-            try:
-                message = self.mailbox.get_nowait()
-            except queue.Empty:
-                return
-            handle(*message)
+        self.mailbox = Mailbox()
 
     @property
     def member_id(self) -> int:
-        return self.runtime.member_id
+        return self.runtime.member.id
 
     def run(self) -> None:
         counters = Counters()
@@ -102,75 +94,43 @@ class TaskGroupThread(threading.Thread):
                 # cannot outlive our membership.
                 time.sleep(min(0.2 * attempt, 5.0))
 
-    # -- enumerator --------------------------------------------------------------------------
+    def still_current(self) -> bool:
+        return lifecycle.owns(self.task_group_id, self.attempt, self.member_id)
 
     def run_enumerator(self, group: TaskGroup) -> None:
         pipeline, job = group.pipeline, group.job
         if not pipeline.splits_assigned:
             source = instantiate(pipeline.plan["source"])
             try:
-                splits = source.create_splits(job.mode)
+                created = source.create_splits(job.mode)
             except Exception as exc:
                 raise PluginFailure(pipeline.plan["source"]["path"], exc) from exc
-            readers = job.env["parallelism"]
-            with transaction.atomic():
-                if not self.still_current():
-                    return
-                SplitAssignment.objects.bulk_create(
-                    [
-                        SplitAssignment(
-                            pipeline=pipeline,
-                            split_id=s["splitId"],
-                            split=s,
-                            reader_index=i % readers,
-                        )
-                        for i, s in enumerate(splits)
-                    ],
-                    ignore_conflicts=True,
-                )
-                Pipeline.objects.filter(id=pipeline.id).update(splits_assigned=True)
+            if not splits.assign(pipeline.id, created, job.env["parallelism"], self.still_current):
+                return
 
-        def handle(kind: str, checkpoint_id: int) -> None:
-            if kind == "barrier":  # the enumerator's state lives in SplitAssignment rows
+        def handle(message: Message) -> None:
+            if isinstance(message, Barrier):  # the enumerator's state lives in split assignments
                 checkpoints.acknowledge(
-                    checkpoint_id, self.task_group_id, self.attempt, {"kind": "enumerator"}
+                    message.checkpoint_id, self.task_group_id, self.attempt, {"kind": "enumerator"}
                 )
 
         # The enumerator holds its slot for the pipeline's life, as in Zeta.
-        while not self.stop.wait(0.05):
-            self.drain(handle)
-            readers = TaskGroup.objects.filter(pipeline=pipeline, kind=TaskGroupKind.READER)
-            if not readers.exclude(status__in=EXECUTION_TERMINAL).exists():
+        while not self.stop.wait(ENUMERATOR_TICK):
+            self.mailbox.drain(handle)
+            if not lifecycle.readers_live(pipeline.id):
                 return
             if not self.still_current():
                 self.stop.set()
                 return
 
-    def still_current(self) -> bool:
-        return (
-            TaskGroup.objects.filter(
-                id=self.task_group_id, attempt=self.attempt, member_id=self.member_id
-            )
-            .exclude(status__in=EXECUTION_TERMINAL)
-            .exists()
-        )
-
-    # -- reader ------------------------------------------------------------------------------
-
     def run_reader(self, group: TaskGroup) -> Counters:
         pipeline = group.pipeline
-        while not Pipeline.objects.filter(id=pipeline.id, splits_assigned=True).exists():
+        while not splits.assigned(pipeline.id):
             if self.stop.wait(SPLIT_WAIT_INTERVAL):
                 return Counters()
             if not self.still_current():
                 self.stop.set()
                 return Counters()
-        assignments = [
-            {"splitId": a.split_id, "split": a.split, "offset": a.offset}
-            for a in SplitAssignment.objects.filter(
-                pipeline=pipeline, reader_index=group.index, done=False
-            ).order_by("id")
-        ]
         context = {
             "jobId": group.job_id,
             "pipelineId": pipeline.index,
@@ -193,42 +153,17 @@ class TaskGroupThread(threading.Thread):
             if not owned:
                 self.stop.set()  # the master moved on: stop at once
                 return
-            for split_id, offset in offsets.items():
-                SplitAssignment.objects.filter(pipeline=pipeline, split_id=split_id).update(
-                    offset=offset
-                )
+            splits.record_offsets(pipeline.id, offsets)
 
         def split_done(split_id: str, offset: int) -> None:
-            SplitAssignment.objects.filter(pipeline=pipeline, split_id=split_id).update(
-                offset=offset, done=True
-            )
+            splits.mark_done(pipeline.id, split_id, offset)
 
-        def boundary(positions: dict, chain) -> None:
-            def handle(kind: str, checkpoint_id: int) -> None:
-                if kind == "barrier":
-                    sinks = [
-                        guarded(path, writer.prepare_commit, checkpoint_id)
-                        for path, _, writer in chain.sinks
-                    ]
-                    checkpoints.acknowledge(
-                        checkpoint_id,
-                        self.task_group_id,
-                        self.attempt,
-                        {"splits": positions, "sinks": sinks},
-                    )
-                elif kind == "commit":
-                    state = checkpoints.own_state(checkpoint_id, self.task_group_id, self.attempt)
-                    if state is not None:
-                        for (path, _, writer), sink_state in zip(
-                            chain.sinks, state.get("sinks", []), strict=False
-                        ):
-                            guarded(path, writer.commit, sink_state)
-
-            self.drain(handle)
+        def boundary(positions: dict, chain: Chain) -> None:
+            self.mailbox.drain(lambda message: self.handle_at_boundary(message, positions, chain))
 
         return run_reader(
             pipeline.plan,
-            assignments,
+            splits.unread(pipeline.id, group.index),
             group.job.mode,
             context,
             self.stop,
@@ -237,12 +172,33 @@ class TaskGroupThread(threading.Thread):
             boundary,
         )
 
+    def handle_at_boundary(self, message: Message, positions: dict, chain: Chain) -> None:
+        """A reader's barrier or commit, between two batches."""
+        if isinstance(message, Barrier):
+            sinks = [
+                guarded(path, writer.prepare_commit, message.checkpoint_id)
+                for path, _, writer in chain.sinks
+            ]
+            checkpoints.acknowledge(
+                message.checkpoint_id,
+                self.task_group_id,
+                self.attempt,
+                {"splits": positions, "sinks": sinks},
+            )
+        elif isinstance(message, Commit):
+            state = checkpoints.own_state(message.checkpoint_id, self.task_group_id, self.attempt)
+            if state is not None:
+                for (path, _, writer), sink_state in zip(
+                    chain.sinks, state.get("sinks", []), strict=False
+                ):
+                    guarded(path, writer.commit, sink_state)
+
 
 class MemberRuntime:
     """Task groups running in this member, by (task group id, attempt)."""
 
-    def __init__(self, member_id: int) -> None:
-        self.member_id = member_id
+    def __init__(self, member: MemberSession) -> None:
+        self.member = member
         self._lock = threading.Lock()
         self._threads: dict[int, TaskGroupThread] = {}
 
@@ -259,17 +215,14 @@ class MemberRuntime:
             thread.start()
             return "started"
 
-    def offer(self, task_group_id: int, attempt: int, message: tuple) -> bool:
-        """Put an ordered command in the task group's mailbox (False: not here, or full)."""
+    def offer(self, task_group_id: int, attempt: int, message: Message) -> bool:
+        """Put an ordered command in the task group's mailbox (False: not here, or full; a
+        barrier not taken fails by timeout and the next one starts fresh)."""
         with self._lock:
             thread = self._threads.get(task_group_id)
         if thread is None or thread.attempt != attempt:
             return False
-        try:
-            thread.mailbox.put_nowait(message)
-            return True
-        except queue.Full:
-            return False  # a barrier not taken fails by timeout; the next one starts fresh
+        return thread.mailbox.offer(message)
 
     def cancel(self, task_group_id: int, attempt: int) -> str:
         with self._lock:
@@ -279,7 +232,7 @@ class MemberRuntime:
             return "stopping"
         # Not running here: it never started (or already ended). Settle it as cancelled.
         lifecycle.finish_task_group(
-            task_group_id, attempt, self.member_id, ExecutionStatus.CANCELED
+            task_group_id, attempt, self.member.id, ExecutionStatus.CANCELED
         )
         return "not-running"
 
@@ -304,14 +257,21 @@ class MemberRuntime:
 _runtime: MemberRuntime | None = None
 
 
-def install(member_id: int) -> MemberRuntime:
+def install(member: MemberSession) -> MemberRuntime:
+    """This process is ``member`` from now on: commands addressed to it run here."""
     global _runtime
-    _runtime = MemberRuntime(member_id)
+    _runtime = MemberRuntime(member)
     return _runtime
 
 
 def current() -> MemberRuntime | None:
+    """The runtime of the member this process is (None outside a worker process)."""
     return _runtime
 
 
-__all__ = ["Job", "MemberRuntime", "current", "install"]
+def addressed(member_uuid: str) -> MemberRuntime | None:
+    """The runtime, if this process is the member a command is addressed to."""
+    runtime = _runtime
+    if runtime is None or str(runtime.member.uuid) != member_uuid:
+        return None
+    return runtime

@@ -16,19 +16,16 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from celery import current_app
+
 from engine.cluster.membership import MemberFenced, MemberSession, leave, register_member
+from engine.member import runtime
+from engine.protocol import CONTROL_QUEUE, member_queue
 
 log = logging.getLogger("keel.worker")
 
 #: Exit status of a worker that learned it was removed from the cluster.
 EXIT_FENCED = 3
-
-_current: MemberSession | None = None
-
-
-def current_member() -> MemberSession | None:
-    """The member this process is (None outside a worker process)."""
-    return _current
 
 
 @dataclass
@@ -47,12 +44,8 @@ class Worker:
         self.stopping = threading.Event()
 
     def register(self) -> MemberSession:
-        global _current
-        from engine.member.runtime import install
-
         self.member = register_member(self.options.name, self.options.slots, self.options.slot_mode)
-        install(self.member.id)
-        _current = self.member
+        runtime.install(self.member)
         return self.member
 
     def heartbeat_loop(self) -> None:
@@ -69,8 +62,6 @@ class Worker:
                 os._exit(EXIT_FENCED)
 
     def run(self) -> int:
-        from keel.celery import app, member_queue
-
         # Until Celery installs its own handlers, SIGTERM must still end in a clean leave.
         signal.signal(signal.SIGTERM, _exit_on_signal)
         worker = None
@@ -80,9 +71,9 @@ class Worker:
                 target=self.heartbeat_loop, name="member-heartbeat", daemon=True
             )
             beat.start()
-            worker = app.Worker(
+            worker = current_app.Worker(
                 hostname=f"{self.options.name}@%h",
-                queues=[member_queue(self.options.name), "control"],
+                queues=[member_queue(self.options.name), CONTROL_QUEUE],
                 pool="threads",
                 concurrency=self.options.concurrency,
                 without_gossip=True,
@@ -107,11 +98,9 @@ class Worker:
                     if leave(self.member.id):
                         log.info("member %s (%s) LEFT", self.member.name, self.member.uuid)
                 finally:
-                    from engine.member.runtime import current
-
-                    runtime = current()
-                    if runtime is not None:
-                        runtime.stop_all()
+                    here = runtime.current()
+                    if here is not None:
+                        here.stop_all()
                     self.member.close()
         return (worker.exitcode if worker is not None else 0) or 0
 

@@ -1,0 +1,61 @@
+"""Durable control steps: the active master puts due steps on the control queue, any worker's
+Celery pool runs them under the epoch they were enqueued with.
+
+The ControlStep row is the intent. A step that is not DONE after ENQUEUE_TIMEOUT, or that was
+enqueued under an older epoch, is enqueued again: a master or worker dying in the middle of a
+recovery never leaves the pipeline stuck, and running a step twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.db.models import Q
+from django.utils import timezone
+
+from engine.fencing import StaleEpoch, fenced
+from engine.jobs import recovery
+from engine.master import commands
+from engine.models import ControlStep
+
+log = logging.getLogger("keel.control")
+ENQUEUE_TIMEOUT = 10.0
+
+
+def enqueue_due_steps(epoch: int) -> bool:
+    """Active-master step: put due control steps on the control queue (under our epoch)."""
+    now = timezone.now()
+    with fenced(epoch):
+        due = list(
+            ControlStep.objects.select_for_update(no_key=True, skip_locked=True)
+            .filter(state=ControlStep.State.PENDING, due_at__lte=now)
+            .filter(
+                Q(enqueued_at__isnull=True)
+                | Q(enqueued_at__lt=now - timedelta(seconds=ENQUEUE_TIMEOUT))
+                | ~Q(epoch=epoch)
+            )
+            .order_by("due_at", "id")[:100]
+        )
+        if due:
+            ControlStep.objects.filter(id__in=[s.id for s in due]).update(
+                enqueued_at=now, epoch=epoch
+            )
+    for step in due:
+        commands.run_control_step(step.id, epoch)
+    return bool(due)
+
+
+def run_step(step_id: int, epoch: int) -> str:
+    """Execute one control step (in any worker's Celery pool). Returns what happened."""
+    step = ControlStep.objects.filter(id=step_id).first()
+    if step is None or step.state == ControlStep.State.DONE:
+        return "done already"
+    if step.kind != "restore-pipeline":
+        return f"unknown step kind {step.kind}"
+    try:
+        result, deployments = recovery.restore_pipeline(step, epoch)
+    except StaleEpoch:
+        return "stale epoch: the active master re-enqueues it"
+    commands.deploy(deployments)
+    return result
