@@ -10,6 +10,7 @@ from django.views.decorators.http import require_GET
 
 from engine import dirty, queries
 from engine.models import Job
+from engine.states import DirtyEvaluation
 
 
 @require_GET
@@ -27,14 +28,14 @@ def healthz(request: HttpRequest) -> JsonResponse:
 @require_GET
 def cluster(request: HttpRequest) -> HttpResponse:
     recovery = request.GET.get("recovery", "")
-    if recovery not in dirty.EVALUATIONS:
+    if recovery not in DirtyEvaluation.values:
         recovery = ""  # any other value: all jobs
     context = {
         "overview": queries.overview(),
         "members": queries.members()[:200],
         "jobs": queries.recent_jobs(recovery=recovery or None),
         "recovery": recovery,
-        "recovery_choices": dirty.EVALUATIONS,
+        "recovery_choices": DirtyEvaluation.values,
     }
     if request.headers.get("HX-Request"):
         return render(request, "dashboard/htmx/cluster.html", context)

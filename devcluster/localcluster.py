@@ -26,7 +26,6 @@ from rest_framework.authtoken.models import Token
 
 from engine.models import MasterCandidate, Member
 from engine.queries import overview
-from engine.states import MemberState
 
 MANAGE = str(Path(settings.BASE_DIR) / "manage.py")
 
@@ -219,7 +218,7 @@ class LocalCluster:
                 return False
         if proc.kind == "master":
             return MasterCandidate.objects.filter(name=proc.name, pid=pid).exists()
-        return Member.objects.filter(name=proc.name, pid=pid, state=MemberState.ALIVE).exists()
+        return Member.objects.alive().filter(name=proc.name, pid=pid).exists()
 
     def has_active_master(self, spec: ClusterSpec) -> bool:
         active = overview()["activeMaster"]

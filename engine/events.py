@@ -13,12 +13,12 @@ everywhere, so they never block another transaction's foreign-key checks.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from django.db import connection
 
 from engine.locks import EVENT_APPEND
-from engine.models import EngineEvent
+from engine.models import EngineEvent, Job, Member
+from engine.states import MemberState
 
 
 def append_events(events: Iterable[EngineEvent]) -> list[EngineEvent]:
@@ -36,15 +36,174 @@ def append_events(events: Iterable[EngineEvent]) -> list[EngineEvent]:
     return EngineEvent.objects.bulk_create(events)
 
 
-def append_event(
-    kind: str,
-    *,
-    member=None,
-    job_id: int | None = None,
-    epoch: int | None = None,
-    payload: dict[str, Any] | None = None,
-) -> EngineEvent:
+def append_event(event: EngineEvent) -> EngineEvent:
     """Append one event; see append_events."""
-    return append_events(
-        [EngineEvent(kind=kind, member=member, job_id=job_id, epoch=epoch, payload=payload or {})]
-    )[0]
+    return append_events([event])[0]
+
+
+# One builder per event kind: the catalogue of what the event store records, and the one place a
+# kind's payload is shaped. Payload keys are camelCase (the REST contract); ``pipelineId`` is the
+# pipeline's 1-based index within its job, as everywhere in the API.
+
+
+def job_submitted(job: Job, pipelines: int) -> EngineEvent:
+    return EngineEvent(
+        kind="job.submitted",
+        job_id=job.id,
+        payload={
+            "jobName": job.name,
+            "jobStatus": job.status,
+            "mode": job.mode,
+            "pipelines": pipelines,
+            "slotsNeeded": job.slots_needed,
+        },
+    )
+
+
+def job_status(
+    job_id: int, previous: str, to: str, *, epoch: int | None = None, error_msg: str | None = None
+) -> EngineEvent:
+    payload = {"from": previous, "to": to}
+    if error_msg is not None:
+        payload["errorMsg"] = error_msg
+    return EngineEvent(kind="job.status", job_id=job_id, epoch=epoch, payload=payload)
+
+
+def pipeline_status(
+    job_id: int, pipeline_index: int, previous: str, to: str, *, epoch: int | None = None
+) -> EngineEvent:
+    return EngineEvent(
+        kind="pipeline.status",
+        job_id=job_id,
+        epoch=epoch,
+        payload={"pipelineId": pipeline_index, "from": previous, "to": to},
+    )
+
+
+def taskgroup_status(
+    job_id: int,
+    task_group_id: int,
+    attempt: int,
+    previous: str,
+    to: str,
+    *,
+    member_id: int | None = None,
+    epoch: int | None = None,
+    error: str = "",
+    slot_id: int | None = None,
+) -> EngineEvent:
+    payload = {"taskGroupId": task_group_id, "attempt": attempt, "from": previous, "to": to}
+    if slot_id is not None:
+        payload["slotId"] = slot_id
+    if error:
+        payload["error"] = error[:500]
+    return EngineEvent(
+        kind="taskgroup.status", job_id=job_id, member_id=member_id, epoch=epoch, payload=payload
+    )
+
+
+def pipeline_restore_requested(
+    job_id: int, pipeline_index: int, restore: int, in_seconds: float
+) -> EngineEvent:
+    return EngineEvent(
+        kind="pipeline.restore-requested",
+        job_id=job_id,
+        payload={"pipelineId": pipeline_index, "restore": restore, "inSeconds": in_seconds},
+    )
+
+
+def pipeline_restore(
+    job_id: int,
+    epoch: int,
+    pipeline_index: int,
+    restore: int,
+    *,
+    cause: str,
+    slots: list[int],
+    from_checkpoint: int | None,
+) -> EngineEvent:
+    return EngineEvent(
+        kind="pipeline.restore",
+        job_id=job_id,
+        epoch=epoch,
+        payload={
+            "pipelineId": pipeline_index,
+            "restore": restore,
+            "cause": cause,
+            "slots": slots,
+            "fromCheckpoint": from_checkpoint,
+        },
+    )
+
+
+def checkpoint_triggered(
+    job_id: int, epoch: int, checkpoint_id: int, pipeline_index: int
+) -> EngineEvent:
+    return EngineEvent(
+        kind="checkpoint.triggered",
+        job_id=job_id,
+        epoch=epoch,
+        payload={"checkpointId": checkpoint_id, "pipelineId": pipeline_index},
+    )
+
+
+def checkpoint_ended(
+    job_id: int, epoch: int, checkpoint_id: int, pipeline_index: int, state: str, reason: str = ""
+) -> EngineEvent:
+    """``checkpoint.completed`` or ``checkpoint.failed`` (with its reason)."""
+    payload = {"checkpointId": checkpoint_id, "pipelineId": pipeline_index}
+    if reason:
+        payload["reason"] = reason
+    return EngineEvent(
+        kind=f"checkpoint.{state.lower()}", job_id=job_id, epoch=epoch, payload=payload
+    )
+
+
+def member_joined(member: Member) -> EngineEvent:
+    return EngineEvent(
+        kind="member.joined",
+        member=member,
+        payload={
+            "uuid": str(member.uuid),
+            "name": member.name,
+            "address": member.address,
+            "slotMode": member.slot_mode,
+            "slots": member.slot_count,
+            "protocolVersion": member.protocol_version,
+        },
+    )
+
+
+def member_ended(member: Member, reason: str, sequence: int, epoch: int | None) -> EngineEvent:
+    """``member.left`` (it said so itself) or ``member.removed`` (by the active master), by the
+    member's new state; ``sequence`` is the member-event sequence the end was counted as."""
+    kind = "member.left" if member.state == MemberState.LEFT else "member.removed"
+    return EngineEvent(
+        kind=kind,
+        member=member,
+        epoch=epoch,
+        payload={
+            "uuid": str(member.uuid),
+            "name": member.name,
+            "address": member.address,
+            "reason": reason,
+            "memberEventSequence": sequence,
+        },
+    )
+
+
+def master_elected(epoch: int, master: str, pid: int, host: str) -> EngineEvent:
+    return EngineEvent(
+        kind="master.elected", epoch=epoch, payload={"master": master, "pid": pid, "host": host}
+    )
+
+
+def master_resigned(epoch: int, master: str) -> EngineEvent:
+    return EngineEvent(kind="master.resigned", epoch=epoch, payload={"master": master})
+
+
+def job_history_failed(job_id: int, epoch: int | None, error: str) -> EngineEvent:
+    """The finished-job record could not be written at the job's end (it is retried)."""
+    return EngineEvent(
+        kind="job.history-failed", job_id=job_id, epoch=epoch, payload={"error": error[:500]}
+    )

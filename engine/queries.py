@@ -7,7 +7,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 
 from engine import dirty
 from engine.models import EngineEvent, Job, Member, Slot, TaskGroup
-from engine.states import EXECUTION_TERMINAL, JobStatus, MemberState, SlotState
+from engine.states import JobStatus, MemberState, SlotState
 
 MAX_EVENT_PAGE = 500
 
@@ -27,16 +27,22 @@ def overview() -> dict:
             """
             SELECT l.holder, l.epoch, l.since, l.expires_at, l.expires_at > now(),
                    c.member_event_sequence,
-                   (SELECT count(*) FROM engine_member WHERE state = 'ALIVE'),
-                   (SELECT count(*) FROM engine_member WHERE state = 'REMOVED'),
-                   (SELECT count(*) FROM engine_member WHERE state = 'LEFT'),
+                   (SELECT count(*) FROM engine_member WHERE state = %(alive)s),
+                   (SELECT count(*) FROM engine_member WHERE state = %(removed)s),
+                   (SELECT count(*) FROM engine_member WHERE state = %(left)s),
                    (SELECT count(*) FROM engine_slot s JOIN engine_member m ON m.id = s.member_id
-                     WHERE m.state = 'ALIVE'),
+                     WHERE m.state = %(alive)s),
                    (SELECT count(*) FROM engine_slot s JOIN engine_member m ON m.id = s.member_id
-                     WHERE m.state = 'ALIVE' AND s.state = 'ASSIGNED')
+                     WHERE m.state = %(alive)s AND s.state = %(assigned)s)
               FROM engine_masterlease l CROSS JOIN engine_clusterstate c
              WHERE l.id = 1 AND c.id = 1
-            """
+            """,
+            {
+                "alive": MemberState.ALIVE,
+                "removed": MemberState.REMOVED,
+                "left": MemberState.LEFT,
+                "assigned": SlotState.ASSIGNED,
+            },
         )
         row = cur.fetchone()
     (holder, epoch, since, expires_at, valid, sequence, alive, removed, left, total, assigned) = row
@@ -68,13 +74,13 @@ def slots() -> list[dict]:
     """Every slot of every ALIVE member, with its owner (the task group holding it)."""
     owners = {
         g["slot_id"]: g
-        for g in TaskGroup.objects.filter(slot__isnull=False)
-        .exclude(status__in=EXECUTION_TERMINAL)
+        for g in TaskGroup.objects.live()
+        .filter(slot__isnull=False)
         .values("slot_id", "id", "job_id", "pipeline__index")
     }
     out = []
     for slot in (
-        Slot.objects.filter(member__state=MemberState.ALIVE)
+        Slot.objects.of_alive_members()
         .select_related("member")
         .order_by("member__name", "sequence")
     ):

@@ -1,4 +1,5 @@
-"""Explicit state machines of the engine: constants, named terminal sets, validated transitions."""
+"""Every enumeration of the engine: state machines with their named terminal sets and valid
+transitions, and the other closed sets of values the engine stores or compares."""
 
 from __future__ import annotations
 
@@ -45,6 +46,24 @@ def check_transition(table: dict, current: str, target: str) -> None:
     """Raise InvalidTransition unless ``current -> target`` is an edge of ``table``."""
     if target not in table.get(current, frozenset()):
         raise InvalidTransition(f"{current} -> {target} is not a valid transition")
+
+
+def transition_path(table: dict, current: str, target: str) -> list[str]:
+    """The shortest walk of valid transitions from ``current`` to ``target`` (excluding current).
+
+    A roll-up can learn several things at once (a batch reader ran and finished before its
+    pipeline was seen RUNNING); each edge is still taken, and recorded, one by one.
+    """
+    frontier, seen = [[current]], {current}
+    while frontier:
+        walk = frontier.pop(0)
+        if walk[-1] == target:
+            return walk[1:]
+        for nxt in sorted(table.get(walk[-1], ())):
+            if nxt not in seen:
+                seen.add(nxt)
+                frontier.append([*walk, nxt])
+    raise InvalidTransition(f"no valid path {current} -> {target}")
 
 
 class JobStatus(models.TextChoices):
@@ -122,6 +141,63 @@ EXECUTION_TRANSITIONS = {
 }
 
 
+#: Task groups that hold (or are about to hold) a slot on a member: deployed and not ended.
+EXECUTION_DEPLOYED = frozenset(ExecutionStatus) - EXECUTION_TERMINAL - {ExecutionStatus.CREATED}
+
+
 class TaskGroupKind(models.TextChoices):
     ENUMERATOR = "ENUMERATOR"
     READER = "READER"
+
+
+class JobMode(models.TextChoices):
+    BATCH = "BATCH"
+    STREAMING = "STREAMING"
+
+
+class ControlStepState(models.TextChoices):
+    PENDING = "PENDING"
+    DONE = "DONE"
+
+
+class ControlStepKind(models.TextChoices):
+    RESTORE_PIPELINE = "restore-pipeline"
+
+
+class CheckpointState(models.TextChoices):
+    PENDING = "PENDING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+class EpisodeStatus(models.TextChoices):
+    """A recovery episode: ACTIVE until the job runs again (COMPLETED) or cannot (ABORTED)."""
+
+    ACTIVE = "ACTIVE"
+    COMPLETED = "COMPLETED"
+    ABORTED = "ABORTED"
+
+
+class AttemptState(models.TextChoices):
+    """A deployment attempt: PREPARED with its restore, CONFIRMED (counted) at DEPLOYING."""
+
+    PREPARED = "PREPARED"
+    CONFIRMED = "CONFIRMED"
+    ABORTED = "ABORTED"
+
+
+class DirtyEvaluation(models.TextChoices):
+    """A job's dirty-job label. DIRTY is irreversible; UNKNOWN while tracking is incomplete."""
+
+    CLEAN = "CLEAN"
+    DIRTY = "DIRTY"
+    UNKNOWN = "UNKNOWN"
+    DISABLED = "DISABLED"
+
+
+class LeaveClassification(models.TextChoices):
+    """Why a member left, as far as the cluster can trust it. Every loss is UNCLASSIFIED until a
+    trusted planned-leave control plane registers PLANNED_VERIFIED before the member stops."""
+
+    UNCLASSIFIED = "UNCLASSIFIED"
+    PLANNED_VERIFIED = "PLANNED_VERIFIED"

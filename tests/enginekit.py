@@ -15,6 +15,7 @@ from django.db import transaction
 from engine import dirty
 from engine.cluster import membership
 from engine.jobs import lifecycle, recovery
+from engine.jobs.cancel import cancel_job
 from engine.jobs.scheduler import schedule_next
 from engine.jobs.submission import submit_job
 from engine.master import orchestration
@@ -28,7 +29,7 @@ from engine.models import (
     Pipeline,
     TaskGroup,
 )
-from engine.states import ExecutionStatus, JobStatus, MemberState, SlotMode
+from engine.states import ControlStepState, ExecutionStatus, JobStatus, MemberState, SlotMode
 
 TWO_PIPELINES = """
 env {{ job.mode = STREAMING, parallelism = 1, job.retry.times = {retries},
@@ -102,9 +103,11 @@ class Engine:
 
     def run_deployed(self) -> None:
         """Every member reports RUNNING for what it was given."""
-        for group in TaskGroup.objects.filter(
-            status=ExecutionStatus.DEPLOYING, member__state=MemberState.ALIVE
-        ).order_by("id"):
+        for group in (
+            TaskGroup.objects.on_alive_members()
+            .filter(status=ExecutionStatus.DEPLOYING)
+            .order_by("id")
+        ):
             lifecycle.mark_running(group.id, group.attempt, group.member_id)
 
     def fail_lost(self) -> None:
@@ -114,14 +117,14 @@ class Engine:
     def restore_due(self) -> list[str]:
         """Run every pending restore step now (as the control queue would)."""
         results = []
-        for step in ControlStep.objects.filter(state=ControlStep.State.PENDING).order_by("id"):
+        for step in ControlStep.objects.filter(state=ControlStepState.PENDING).order_by("id"):
             results.append(recovery.restore_pipeline(step, self.epoch)[0])
         return results
 
     def stop_failing(self) -> None:
-        """Members act on the cancel commands (engine.orchestration.CancelSender): the task
-        groups of stopping jobs and of FAILING pipelines end CANCELED."""
-        for group in orchestration.stopping_task_groups().order_by("id"):
+        """Members act on the cancel commands (engine.master.orchestration.CancelSender): the
+        task groups of stopping jobs and of FAILING pipelines end CANCELED."""
+        for group in TaskGroup.objects.stopping().order_by("id"):
             lifecycle.finish_task_group(
                 group.id, group.attempt, group.member_id, ExecutionStatus.CANCELED
             )
@@ -140,7 +143,7 @@ class Engine:
         """Another master takes over (epoch + 1) and reconciles before scheduling anything."""
         self.epoch += 1
         MasterLease.objects.filter(id=1).update(epoch=self.epoch)
-        return dirty.reconcile(self.epoch)
+        return orchestration.reconcile(self.epoch)
 
     def ordinary_failure(self, job: Job) -> None:
         """A reader fails on its own (a connector error): no member is lost."""
@@ -152,8 +155,6 @@ class Engine:
         )
 
     def cancel(self, job: Job) -> None:
-        from engine.jobs.cancel import cancel_job
-
         cancel_job(job.id)
         self.stop_failing()
 
@@ -176,8 +177,4 @@ class Engine:
 
     @staticmethod
     def members_of(job: Job) -> set[int]:
-        return set(
-            TaskGroup.objects.filter(job=job)
-            .exclude(status__in=["FINISHED", "FAILED", "CANCELED", "CREATED"])
-            .values_list("member_id", flat=True)
-        )
+        return set(TaskGroup.objects.filter(job=job).deployed().values_list("member_id", flat=True))

@@ -66,7 +66,7 @@ def test_takeover_waits_for_fenced_writes_of_the_old_epoch_then_fences_them():
 
     def old_master_write():
         with fenced(1):
-            append_event("test.old-write", epoch=1)
+            append_event(EngineEvent(kind="test.old-write", epoch=1))
             inside.set()
             release.wait(10)
             order.append("old-commit")
@@ -91,7 +91,7 @@ def test_takeover_waits_for_fenced_writes_of_the_old_epoch_then_fences_them():
     assert term.epoch == 2
     with pytest.raises(StaleEpoch):
         with fenced(1):
-            append_event("test.too-late", epoch=1)
+            append_event(EngineEvent(kind="test.too-late", epoch=1))
     assert not EngineEvent.objects.filter(kind="test.too-late").exists()
     old_seq = EngineEvent.objects.get(kind="test.old-write").seq
     new_seq = EngineEvent.objects.get(kind="master.elected", epoch=2).seq
@@ -106,7 +106,7 @@ def test_event_seq_commits_in_order():
         from django.db import transaction
 
         with transaction.atomic():
-            event = append_event("test.first")
+            event = append_event(EngineEvent(kind="test.first"))
             first_in.set()
             release.wait(10)
         return event.seq
@@ -118,7 +118,7 @@ def test_event_seq_commits_in_order():
         from django.db import transaction
 
         with transaction.atomic():
-            return append_event("test.second").seq
+            return append_event(EngineEvent(kind="test.second")).seq
 
     second = in_thread(fast)
     wait_for(backend_waiting_on_lock, 10, what="the second append to queue behind the first")
@@ -130,4 +130,4 @@ def test_event_seq_commits_in_order():
 
 def test_append_events_outside_a_transaction_is_refused():
     with pytest.raises(RuntimeError):
-        append_event("test.loose")
+        append_event(EngineEvent(kind="test.loose"))

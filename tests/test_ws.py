@@ -14,6 +14,7 @@ from django.db import transaction
 
 from dashboard.routing import websocket_urlpatterns
 from engine.events import append_event
+from engine.models import EngineEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @database_sync_to_async
 def append(kind: str) -> int:
     with transaction.atomic():
-        return append_event(kind).seq
+        return append_event(EngineEvent(kind=kind)).seq
 
 
 async def connect(path: str, user) -> WebsocketCommunicator:

@@ -6,7 +6,7 @@ import django_filters
 
 from engine import dirty as dirty_tracking
 from engine.models import Job, Member
-from engine.states import JobStatus, MemberState
+from engine.states import DirtyEvaluation, JobStatus, MemberState
 
 
 class MemberFilter(django_filters.FilterSet):
@@ -21,7 +21,7 @@ class JobFilter(django_filters.FilterSet):
     jobStatus = django_filters.ChoiceFilter(field_name="status", choices=JobStatus.choices)
     dirty = django_filters.BooleanFilter(method="filter_dirty", label="dirty")
     evaluationStatus = django_filters.ChoiceFilter(
-        field_name="dirty_evaluation", choices=[(e, e) for e in dirty_tracking.EVALUATIONS]
+        field_name="dirty_evaluation", choices=DirtyEvaluation.choices
     )
 
     class Meta:

@@ -23,6 +23,7 @@ from datetime import datetime
 import psycopg
 from django.db import connection, transaction
 
+from engine import events as builders
 from engine.dbsession import connect_dedicated
 from engine.events import append_event
 from engine.fencing import StaleEpoch, fenced
@@ -170,9 +171,7 @@ class Leadership:
                 )
                 epoch, since = cur.fetchone()
             append_event(
-                "master.elected",
-                epoch=epoch,
-                payload={"master": self.name, "pid": os.getpid(), "host": socket.gethostname()},
+                builders.master_elected(epoch, self.name, os.getpid(), socket.gethostname())
             )
         return Term(epoch=epoch, since=since)
 
@@ -211,9 +210,7 @@ class Leadership:
                 with fenced(self.term.epoch):
                     with connection.cursor() as cur:
                         cur.execute("UPDATE engine_masterlease SET expires_at = now() WHERE id = 1")
-                    append_event(
-                        "master.resigned", epoch=self.term.epoch, payload={"master": self.name}
-                    )
+                    append_event(builders.master_resigned(self.term.epoch, self.name))
             except Exception:
                 log.warning("could not record the resignation", exc_info=True)
         self.step_down()

@@ -22,11 +22,13 @@ import psycopg
 from django.db import connection, transaction
 
 from engine import dirty
+from engine import events as builders
+from engine.cluster.slots import create_fixed_slots
 from engine.dbsession import connect_dedicated, django_application_name
 from engine.events import append_events
 from engine.fencing import fenced
 from engine.locks import EVENT_APPEND, MEMBER_NAMESPACE, member_lock_key
-from engine.models import EngineEvent, Member
+from engine.models import Member
 from engine.protocol import PROTOCOL_VERSION
 from engine.states import MEMBER_TRANSITIONS, MemberState, SlotMode, check_transition
 
@@ -110,33 +112,26 @@ def register_member(
                 ),
             ).fetchone()[0]
             conn.execute("SELECT pg_advisory_lock(%s, %s)", member_lock_key(member_id))
-            if slot_mode == SlotMode.FIXED and slots > 0:
-                conn.execute(
-                    """
-                    INSERT INTO engine_slot (member_id, sequence, state)
-                    SELECT %s, s, 'FREE' FROM generate_series(1, %s) AS s
-                    """,
-                    (member_id, slots),
+            if slot_mode == SlotMode.FIXED:
+                create_fixed_slots(conn, member_id, slots)
+            joined = builders.member_joined(
+                Member(
+                    id=member_id,
+                    uuid=member_uuid,
+                    name=name,
+                    address=address,
+                    slot_mode=slot_mode,
+                    slot_count=slots,
+                    protocol_version=PROTOCOL_VERSION,
                 )
+            )
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", EVENT_APPEND)
             conn.execute(
                 """
                 INSERT INTO engine_engineevent (at, kind, member_id, payload)
-                VALUES (now(), 'member.joined', %s, %s)
+                VALUES (now(), %s, %s, %s)
                 """,
-                (
-                    member_id,
-                    psycopg.types.json.Jsonb(
-                        {
-                            "uuid": str(member_uuid),
-                            "name": name,
-                            "address": address,
-                            "slotMode": slot_mode,
-                            "slots": slots,
-                            "protocolVersion": PROTOCOL_VERSION,
-                        }
-                    ),
-                ),
+                (joined.kind, member_id, psycopg.types.json.Jsonb(joined.payload)),
             )
     except BaseException:
         conn.close()
@@ -146,7 +141,7 @@ def register_member(
 
 
 def _end_membership(
-    member_id: int, state: str, kind: str, reason: str, epoch: int | None = None
+    member_id: int, state: str, reason: str, epoch: int | None = None
 ) -> Member | None:
     """ALIVE -> ``state`` with the sequence bump and the event, inside the caller's transaction.
 
@@ -174,16 +169,7 @@ def _end_membership(
         seq = cur.fetchone()[0]
     member = Member(id=member_id, uuid=row[0], name=row[1], address=row[2], pid=row[3], state=state)
     tracked = dirty.on_member_lost(member, seq, epoch)  # waits for job state rows: before...
-    append_events(
-        [
-            EngineEvent(
-                kind=kind,
-                member=member,
-                epoch=epoch,
-                payload=_member_payload(member, reason=reason, member_event_sequence=seq),
-            )
-        ]
-    )
+    append_events([builders.member_ended(member, reason, seq, epoch)])
     tracked.append()  # ...the append lock, which the dirty.* events then share with ours
     return member
 
@@ -191,13 +177,13 @@ def _end_membership(
 def leave(member_id: int, reason: str = "graceful shutdown") -> bool:
     """A member says it is stopping (SIGTERM): LEFT at once. True if this call made it LEFT."""
     with transaction.atomic():
-        return _end_membership(member_id, MemberState.LEFT, "member.left", reason) is not None
+        return _end_membership(member_id, MemberState.LEFT, reason) is not None
 
 
 def remove_member(epoch: int, member_id: int, reason: str) -> bool:
     """Active master: mark a member REMOVED. Fenced by ``epoch``; exactly once per member."""
     with fenced(epoch):
-        member = _end_membership(member_id, MemberState.REMOVED, "member.removed", reason, epoch)
+        member = _end_membership(member_id, MemberState.REMOVED, reason, epoch)
     if member is None:
         return False
     log.warning("member %s (%s) REMOVED: %s", member.name, member.uuid, reason)
@@ -219,14 +205,6 @@ def _end_member_sessions(member: Member) -> None:
                 django_application_name(member.name, member.pid),
             ],
         )
-
-
-def _member_payload(member: Member, **extra) -> dict:
-    payload = {"uuid": str(member.uuid), "name": member.name, "address": member.address}
-    for key, value in extra.items():
-        parts = key.split("_")
-        payload[parts[0] + "".join(p.title() for p in parts[1:])] = value
-    return payload
 
 
 def find_dead_members(heartbeat_timeout: float) -> list[tuple[int, str]]:

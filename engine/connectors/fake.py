@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from engine.connectors.base import Option, SourcePlugin
 from engine.connectors.registry import register
 from engine.connectors.schema import Schema, parse_schema
+from engine.states import JobMode
 
 DEFAULT_SCHEMA = Schema((("id", "bigint"), ("name", "string"), ("value", "double")))
 EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
@@ -74,13 +75,13 @@ class FakeSource(SourcePlugin):
 
     def row_ids(self, split: dict, mode: str, start: int, stop: int) -> range:
         s, per, count = split["index"], self.config["row.num"], self.config["split.num"]
-        if mode == "STREAMING":
+        if mode == JobMode.STREAMING:
             return range(s + start * count, s + stop * count, count)
         return range(s * per + start, s * per + stop)
 
     def read(self, split: dict, offset: int, mode: str, batch_size: int):
         build = row_builder(self.output_schema())
-        streaming = mode == "STREAMING"
+        streaming = mode == JobMode.STREAMING
         rate = self.config["rows.per-second"]
         limit = None if streaming else self.config["row.num"]
         started, produced = time.monotonic(), 0

@@ -2,13 +2,15 @@
 
 The engine calls the tracker at four points, each inside the transaction of the state change it
 follows: a member loss (``member_loss``), a restore prepared, deployed or made obsolete
-(``attempts``), a roll-up of a running job and the job's end (``episodes``). The active master
+(``attempts``), a roll-up of a running job (``episodes``) and the job's end, when it gives its
+part of the finished-job record (``history``). The active master
 reconciles what a previous master or a contained failure left behind (``reconcile``); the API and
 the dashboard read through ``reading``. ``tracking`` holds what they share.
 """
 
 from engine.dirty.attempts import on_restore_deploying, on_restore_obsolete, on_restore_prepared
-from engine.dirty.episodes import after_settle, expire_stale_episodes, on_job_terminal
+from engine.dirty.episodes import after_settle, expire_stale_episodes
+from engine.dirty.history import history_part, pending_history
 from engine.dirty.member_loss import NOT_AFFECTED, MemberLossEvents, on_member_lost
 from engine.dirty.reading import (
     Sequences,
@@ -21,10 +23,9 @@ from engine.dirty.reading import (
     older_members,
 )
 from engine.dirty.reconcile import reconcile
-from engine.dirty.tracking import EVALUATIONS, SCHEMA_VERSION, init_state
+from engine.dirty.tracking import SCHEMA_VERSION, init_state
 
 __all__ = [
-    "EVALUATIONS",
     "NOT_AFFECTED",
     "SCHEMA_VERSION",
     "MemberLossEvents",
@@ -34,15 +35,16 @@ __all__ = [
     "dirty_filter",
     "evaluate",
     "expire_stale_episodes",
+    "history_part",
     "init_state",
     "job_episodes",
     "job_summary",
     "list_summary",
     "older_members",
-    "on_job_terminal",
     "on_member_lost",
     "on_restore_deploying",
     "on_restore_obsolete",
     "on_restore_prepared",
+    "pending_history",
     "reconcile",
 ]

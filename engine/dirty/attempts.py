@@ -6,12 +6,11 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models.functions import Now
 
+from engine.dirty import events as dirty_events
 from engine.dirty.member_loss import merge_incidents
 from engine.dirty.tracking import (
-    UNCLASSIFIED,
     classify_leave,
     contained,
-    dirty_event,
     incomplete,
     lock_state,
 )
@@ -24,6 +23,7 @@ from engine.models import (
     RecoveryAttempt,
     RecoveryEpisode,
 )
+from engine.states import AttemptState, LeaveClassification
 
 
 def on_restore_prepared(
@@ -61,7 +61,9 @@ def _prepare(job, pipeline, restore_number, lost_member_ids, epoch) -> list[Engi
     if state.active_episode_id is None:
         # Member loss restored a pipeline, but every loss involved was already part of an
         # ended episode: bind to a new one so the attempt is not lost, and say we are unsure.
-        episode = RecoveryEpisode.objects.create(job=job, classification=UNCLASSIFIED)
+        episode = RecoveryEpisode.objects.create(
+            job=job, classification=LeaveClassification.UNCLASSIFIED
+        )
         DirtyJobState.objects.filter(job_id=job.id).update(
             active_episode=episode, recovery_episode_count=state.recovery_episode_count + 1
         )
@@ -90,14 +92,8 @@ def _prepare(job, pipeline, restore_number, lost_member_ids, epoch) -> list[Engi
     )
     RecoveryEpisode.objects.filter(id=episode_id).update(last_activity_at=Now())
     events.append(
-        dirty_event(
-            "attempt-prepared",
-            job.id,
-            epoch,
-            attemptId=attempt.attempt_id,
-            episodeId=episode_id,
-            pipelineId=pipeline.index,
-            prepareSequence=sequence,
+        dirty_events.attempt_prepared(
+            job.id, epoch, attempt.attempt_id, episode_id, pipeline.index, sequence
         )
     )
     return events
@@ -132,12 +128,12 @@ def on_restore_deploying(
 
 def confirm(state: DirtyJobState, attempt: RecoveryAttempt, epoch: int | None) -> list[EngineEvent]:
     """PREPARED -> CONFIRMED; count if the episode's generation advances. Idempotent."""
-    if attempt.state == RecoveryAttempt.State.CONFIRMED:
+    if attempt.state == AttemptState.CONFIRMED:
         return []  # a duplicate confirmation
-    if attempt.state != RecoveryAttempt.State.PREPARED:
+    if attempt.state != AttemptState.PREPARED:
         return incomplete(state, epoch, f"attempt {attempt.attempt_id} deployed after it ended")
     RecoveryAttempt.objects.filter(id=attempt.id).update(
-        state=RecoveryAttempt.State.CONFIRMED, ended_at=Now()
+        state=AttemptState.CONFIRMED, ended_at=Now()
     )
     episode = RecoveryEpisode.objects.select_for_update(no_key=True).get(id=attempt.episode_id)
     counted = attempt.prepare_sequence > episode.generation
@@ -153,13 +149,12 @@ def confirm(state: DirtyJobState, attempt: RecoveryAttempt, epoch: int | None) -
             state.dirty = True
             fields.update(dirty=True, first_dirty_at=Now())
             events.append(
-                dirty_event(
-                    "marked",
+                dirty_events.marked(
                     state.job_id,
                     epoch,
-                    recoveryAttemptCount=state.recovery_attempt_count,
-                    threshold=state.threshold,
-                    attemptId=attempt.attempt_id,
+                    state.recovery_attempt_count,
+                    state.threshold,
+                    attempt.attempt_id,
                 )
             )
     else:
@@ -167,15 +162,14 @@ def confirm(state: DirtyJobState, attempt: RecoveryAttempt, epoch: int | None) -
     DirtyJobState.objects.filter(job_id=state.job_id).update(**fields)
     events.insert(
         0,
-        dirty_event(
-            "attempt-confirmed",
+        dirty_events.attempt_confirmed(
             state.job_id,
             epoch,
-            attemptId=attempt.attempt_id,
-            episodeId=episode.id,
-            generation=max(episode.generation, attempt.prepare_sequence),
-            counted=counted,
-            recoveryAttemptCount=state.recovery_attempt_count,
+            attempt.attempt_id,
+            episode.id,
+            max(episode.generation, attempt.prepare_sequence),
+            counted,
+            state.recovery_attempt_count,
         ),
     )
     return events
@@ -190,22 +184,16 @@ def on_restore_obsolete(job: Job, pipeline: Pipeline, restore_number: int, epoch
         with transaction.atomic():
             if lock_state(job.id) is None:
                 return []
-            ended = RecoveryAttempt.objects.filter(
-                pipeline=pipeline,
-                restore_number=restore_number,
-                state=RecoveryAttempt.State.PREPARED,
-            ).update(state=RecoveryAttempt.State.ABORTED, ended_at=Now())
-            if not ended:
-                return []
+            prepared = RecoveryAttempt.objects.filter(
+                pipeline=pipeline, restore_number=restore_number, state=AttemptState.PREPARED
+            )
+            ended = list(prepared.values_list("attempt_id", flat=True))
+            prepared.update(state=AttemptState.ABORTED, ended_at=Now())
             return [
-                dirty_event(
-                    "attempt-aborted",
-                    job.id,
-                    epoch,
-                    pipelineId=pipeline.index,
-                    restore=restore_number,
-                    reason="restore obsolete",
+                dirty_events.attempt_aborted(
+                    job.id, epoch, attempt_id, pipeline.index, restore_number, "restore obsolete"
                 )
+                for attempt_id in ended
             ]
     except Exception as exc:
         return contained(job, epoch, "obsolete restore", exc, repairable=True)

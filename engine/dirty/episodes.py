@@ -11,23 +11,26 @@ from django.db.models import Exists, F, OuterRef
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from engine.dirty.reading import Sequences, episode_list, summary
-from engine.dirty.tracking import contained, dirty_event, lock_state, options, tracker_failed
+from engine.dirty import events as dirty_events
+from engine.dirty.tracking import contained, lock_state, options
 from engine.events import append_events
 from engine.fencing import StaleEpoch, fenced
 from engine.models import (
     DirtyJobState,
-    DirtyTrackingGap,
     EngineEvent,
     Job,
-    MemberLossIncident,
     Pipeline,
     RecoveryAttempt,
     RecoveryEpisode,
     TaskGroup,
 )
-from engine.states import EXECUTION_TERMINAL, JOB_TERMINAL, ExecutionStatus, JobStatus, MemberState
-from history.models import JobHistory
+from engine.states import (
+    JOB_TERMINAL,
+    AttemptState,
+    EpisodeStatus,
+    ExecutionStatus,
+    JobStatus,
+)
 
 log = logging.getLogger("keel.dirty")
 
@@ -57,7 +60,7 @@ def after_settle(job: Job, pipelines: list[Pipeline], epoch: int | None = None):
             if not _recovered(job, state.active_episode_id):
                 return []
             return end_episode(
-                state, state.active_episode_id, RecoveryEpisode.Status.COMPLETED, "recovered", epoch
+                state, state.active_episode_id, EpisodeStatus.COMPLETED, "recovered", epoch
             )
     except Exception as exc:  # the reconciliation completes it later
         return contained(job, epoch, "episode completion", exc, repairable=True)
@@ -67,32 +70,27 @@ def _recovered(job: Job, episode_id: int) -> bool:
     states = set(
         RecoveryAttempt.objects.filter(episode_id=episode_id).values_list("state", flat=True)
     )
-    if RecoveryAttempt.State.CONFIRMED not in states or RecoveryAttempt.State.PREPARED in states:
+    if AttemptState.CONFIRMED not in states or AttemptState.PREPARED in states:
         return False
-    return not (
-        TaskGroup.objects.filter(job=job)
-        .exclude(status__in=[*EXECUTION_TERMINAL, ExecutionStatus.CREATED])
-        .exclude(member__state=MemberState.ALIVE)
-        .exists()
-    )
+    return not (TaskGroup.objects.filter(job=job).deployed().on_lost_members().exists())
 
 
 def end_episode(
     state: DirtyJobState, episode_id: int, status: str, reason: str, epoch: int | None
 ) -> list[EngineEvent]:
-    RecoveryEpisode.objects.filter(id=episode_id, status=RecoveryEpisode.Status.ACTIVE).update(
+    RecoveryEpisode.objects.filter(id=episode_id, status=EpisodeStatus.ACTIVE).update(
         status=status, ended_at=Now(), end_reason=reason[:1000]
     )
-    RecoveryAttempt.objects.filter(
-        episode_id=episode_id, state=RecoveryAttempt.State.PREPARED
-    ).update(state=RecoveryAttempt.State.ABORTED, ended_at=Now())
+    RecoveryAttempt.objects.filter(episode_id=episode_id, state=AttemptState.PREPARED).update(
+        state=AttemptState.ABORTED, ended_at=Now()
+    )
     DirtyJobState.objects.filter(job_id=state.job_id, active_episode_id=episode_id).update(
         active_episode=None, updated_at=Now()
     )
     state.active_episode_id = None
     _prune(state.job_id)
-    kind = "episode-completed" if status == RecoveryEpisode.Status.COMPLETED else "episode-aborted"
-    return [dirty_event(kind, state.job_id, epoch, episodeId=episode_id, reason=reason)]
+    completed = status == EpisodeStatus.COMPLETED
+    return [dirty_events.episode_ended(state.job_id, epoch, episode_id, completed, reason)]
 
 
 def _prune(job_id: int) -> None:
@@ -101,7 +99,7 @@ def _prune(job_id: int) -> None:
     keep = options().history_size
     old = list(
         RecoveryEpisode.objects.filter(job_id=job_id)
-        .exclude(status=RecoveryEpisode.Status.ACTIVE)
+        .exclude(status=EpisodeStatus.ACTIVE)
         .order_by("-id")
         .values_list("id", flat=True)[keep:]
     )
@@ -116,15 +114,13 @@ def expire_stale_episodes(epoch: int) -> bool:
     cutoff = timezone.now() - timedelta(seconds=options().pending_incident_ttl)
     waiting = RecoveryAttempt.objects.filter(
         episode_id=OuterRef("id"),
-        state=RecoveryAttempt.State.PREPARED,
+        state=AttemptState.PREPARED,
         pipeline__status=ExecutionStatus.FAILING,
         pipeline__restore_count=F("restore_number") - 1,
         job__status__in=[JobStatus.SCHEDULED, JobStatus.RUNNING],
     )
     stale = list(
-        RecoveryEpisode.objects.filter(
-            status=RecoveryEpisode.Status.ACTIVE, last_activity_at__lt=cutoff
-        )
+        RecoveryEpisode.objects.filter(status=EpisodeStatus.ACTIVE, last_activity_at__lt=cutoff)
         .exclude(Exists(waiting))
         .order_by("last_activity_at", "id")
         .values_list("id", "job_id")[:100]
@@ -160,7 +156,7 @@ def _expire(epoch: int, episode_id: int, job_id: int, cutoff) -> bool:
             end_episode(
                 state,
                 episode_id,
-                RecoveryEpisode.Status.ABORTED,
+                EpisodeStatus.ABORTED,
                 "expired: no deployment within engine.dirty-task.pending-incident-ttl",
                 epoch,
             )
@@ -173,55 +169,9 @@ def _pending(job: Job, episode_id: int) -> bool:
     if job.status not in (JobStatus.SCHEDULED, JobStatus.RUNNING):
         return False
     for attempt in RecoveryAttempt.objects.filter(
-        episode_id=episode_id, state=RecoveryAttempt.State.PREPARED
+        episode_id=episode_id, state=AttemptState.PREPARED
     ).select_related("pipeline"):
         p = attempt.pipeline
         if p.status == ExecutionStatus.FAILING and p.restore_count == attempt.restore_number - 1:
             return True
     return False
-
-
-def on_job_terminal(job: Job, epoch: int | None = None, strict: bool = False):
-    """The job just became terminal (its row locked): abort the active episode, snapshot the
-    summary and recent episodes into history, and only then remove the running state.
-
-    If the snapshot cannot be written, the running state is kept (DIRTY is never lost) and the
-    reconciliation snapshots it later; the job's end is never blocked (``strict``: raise, for
-    the reconciliation's own containment)."""
-    events: list[EngineEvent] = []
-    try:
-        with transaction.atomic():
-            snapshot, episodes = None, []
-            if job.dirty_threshold > 0:
-                state = lock_state(job.id)
-                if state is not None and state.active_episode_id is not None:
-                    events += end_episode(
-                        state,
-                        state.active_episode_id,
-                        RecoveryEpisode.Status.ABORTED,
-                        f"job {job.status}",
-                        epoch,
-                    )
-                snapshot = summary(job, state, Sequences.read(job.id))
-                episodes = episode_list(job.id)
-            JobHistory.objects.update_or_create(
-                job=job,
-                defaults={"status": job.status, "dirty_task": snapshot, "episodes": episodes},
-            )
-            if job.dirty_threshold > 0:
-                RecoveryAttempt.objects.filter(job=job).delete()
-                RecoveryEpisode.objects.filter(job=job).delete()
-                MemberLossIncident.objects.filter(job=job).delete()
-                DirtyTrackingGap.objects.filter(job=job).delete()
-                DirtyJobState.objects.filter(job=job).delete()
-                events.append(dirty_event("snapshot", job.id, epoch, **short_summary(snapshot)))
-            return events
-    except Exception as exc:
-        if strict:
-            raise
-        return tracker_failed([job.id], epoch, "history snapshot", exc)
-
-
-def short_summary(snapshot: dict | None) -> dict:
-    snapshot = snapshot or {}
-    return {k: snapshot.get(k) for k in ("dirty", "evaluationStatus", "recoveryAttemptCount")}

@@ -8,17 +8,19 @@ from dataclasses import dataclass
 
 from django.db import connection, transaction
 
-from engine.dirty.tracking import classify_leave, dirty_event, record_gap, tracker_failed
+from engine.dirty import events as dirty_events
+from engine.dirty.tracking import classify_leave, record_gap, tracker_failed
 from engine.models import (
     EngineEvent,
     Member,
 )
-from engine.states import EXECUTION_TERMINAL, ExecutionStatus
+from engine.states import EXECUTION_DEPLOYED, EpisodeStatus, ExecutionStatus, LeaveClassification
 
 log = logging.getLogger("keel.dirty")
 
 
-NOT_AFFECTED = [*sorted(EXECUTION_TERMINAL), ExecutionStatus.CREATED]
+#: Task-group statuses of jobs a member loss does not concern (not placed on a member).
+NOT_AFFECTED = sorted(frozenset(ExecutionStatus) - EXECUTION_DEPLOYED)
 
 #: Lock the state rows of the enabled jobs with live task groups on the lost member, in job
 #: order (the lock order of every tracker change).
@@ -45,7 +47,7 @@ WITH locked AS (
 ), opened AS (
     INSERT INTO engine_recoveryepisode
            (job_id, status, classification, generation, started_at, last_activity_at, end_reason)
-    SELECT job_id, 'ACTIVE', %(classification)s::text, 0, now(), now(), ''
+    SELECT job_id, %(active)s::text, %(classification)s::text, 0, now(), now(), ''
       FROM locked WHERE active_episode_id IS NULL
     RETURNING id, job_id
 ), bound AS (
@@ -64,7 +66,8 @@ WITH locked AS (
     -- PLANNED_VERIFIED incidents alone may be excluded).
     UPDATE engine_recoveryepisode e
        SET last_activity_at = now(),
-           classification = CASE WHEN %(classification)s::text = 'UNCLASSIFIED' THEN 'UNCLASSIFIED'
+           classification = CASE WHEN %(classification)s::text = %(unclassified)s::text
+                                 THEN %(unclassified)s::text
                                  ELSE e.classification END
       FROM bound b
      WHERE e.id = b.episode_id AND NOT b.opened
@@ -83,6 +86,12 @@ WITH locked AS (
 SELECT job_id, episode_id, opened FROM bound ORDER BY job_id
 """
 
+#: The enumerations _MERGE writes and compares.
+_MERGE_VALUES = {
+    "active": EpisodeStatus.ACTIVE,
+    "unclassified": LeaveClassification.UNCLASSIFIED,
+}
+
 #: The ``dirty.incident`` events of one member loss, in one statement (MemberLossEvents.append,
 #: under the event-append lock: engine.events).
 _INCIDENT_EVENTS = """
@@ -96,17 +105,6 @@ SELECT now(), 'dirty.incident', v.job_id, NULL, %(epoch)s,
        AS v(job_id, episode_id, opened)
  ORDER BY v.job_id
 """
-
-
-def _incident_payload(member: Member, classification: str, episode_id, opened, sequence):
-    return {
-        "lostMemberUuid": str(member.uuid),
-        "lostAddress": member.address,
-        "classification": classification,
-        "episodeId": episode_id,
-        "episodeStarted": opened,
-        "memberEventSequence": sequence,
-    }
 
 
 @dataclass
@@ -227,6 +225,7 @@ def _register_losses(
         "classification": classification,
         "sequence": sequence,
         "only": only or [],
+        **_MERGE_VALUES,
     }
     with connection.cursor() as cur:
         only_sql = "" if only is None else "AND s.job_id = ANY(%(only)s)"
@@ -252,10 +251,19 @@ def merge_incidents(
                 "address": member.address,
                 "classification": classification,
                 "sequence": None,
+                **_MERGE_VALUES,
             },
         )
         bound = cur.fetchall()
     return [
-        dirty_event("incident", j, epoch, **_incident_payload(member, classification, ep, op, None))
-        for j, ep, op in bound
+        dirty_events.incident(
+            job_id,
+            epoch,
+            member=member,
+            classification=classification,
+            episode_id=episode_id,
+            episode_started=opened,
+            sequence=None,
+        )
+        for job_id, episode_id, opened in bound
     ]

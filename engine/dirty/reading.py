@@ -12,7 +12,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from engine.dirty.tracking import CLEAN, DIRTY, DISABLED, SCHEMA_VERSION, UNKNOWN, options
+from engine.dirty.tracking import SCHEMA_VERSION, options
 from engine.models import (
     ClusterState,
     DirtyJobState,
@@ -25,7 +25,7 @@ from engine.models import (
     RecoveryEpisode,
 )
 from engine.protocol import DIRTY_TRACKING_SINCE
-from engine.states import JOB_TERMINAL, CandidateState, MemberState
+from engine.states import JOB_TERMINAL, CandidateState, DirtyEvaluation
 from history.models import JobHistory
 
 
@@ -70,25 +70,25 @@ class Sequences:
 def evaluate(state: DirtyJobState | None, sequences: Sequences) -> str:
     """CLEAN only when tracking is complete and up to date; DIRTY is irreversible."""
     if state is None or state.schema_version > SCHEMA_VERSION:
-        return UNKNOWN
+        return DirtyEvaluation.UNKNOWN
     if state.dirty:
-        return DIRTY
+        return DirtyEvaluation.DIRTY
     if not sequences.complete:
-        return UNKNOWN
-    return CLEAN
+        return DirtyEvaluation.UNKNOWN
+    return DirtyEvaluation.CLEAN
 
 
 def _millis(value: datetime | None) -> int | None:
     return None if value is None else int(value.timestamp() * 1000)
 
 
-DISABLED_SUMMARY = {"evaluationStatus": DISABLED, "dirty": False}
+DISABLED_SUMMARY = {"evaluationStatus": DirtyEvaluation.DISABLED, "dirty": False}
 
 
 def missing_summary(job: Job, reason: str) -> dict:
     return {
         "dirty": False,
-        "evaluationStatus": UNKNOWN,
+        "evaluationStatus": DirtyEvaluation.UNKNOWN,
         "trackingComplete": False,
         "threshold": job.dirty_threshold,
         "recoveryAttemptCount": 0,
@@ -121,7 +121,7 @@ def summary(job: Job, state: DirtyJobState | None, sequences: Sequences) -> dict
     if state.schema_version > SCHEMA_VERSION:
         reason = f"dirty state layout {state.schema_version} is newer than this engine's"
     return {
-        "dirty": evaluation == DIRTY,
+        "dirty": evaluation == DirtyEvaluation.DIRTY,
         "evaluationStatus": evaluation,
         "trackingComplete": sequences.complete and state.schema_version <= SCHEMA_VERSION,
         "threshold": state.threshold,
@@ -227,14 +227,16 @@ def annotate(queryset):
     return queryset.annotate(
         dirty_evaluation=Case(
             When(terminal & Q(history__dirty_task__isnull=False), then=history_status),
-            When(terminal & Q(dirty_state__isnull=True), then=Value(DISABLED)),
-            When(dirty_threshold__lte=0, then=Value(DISABLED)),
-            When(dirty_state__isnull=True, then=Value(UNKNOWN)),
-            When(dirty_state__schema_version__gt=SCHEMA_VERSION, then=Value(UNKNOWN)),
-            When(dirty_state__dirty=True, then=Value(DIRTY)),
-            When(gap, then=Value(UNKNOWN)),
-            When(behind, then=Value(UNKNOWN)),
-            default=Value(CLEAN),
+            When(terminal & Q(dirty_state__isnull=True), then=Value(DirtyEvaluation.DISABLED)),
+            When(dirty_threshold__lte=0, then=Value(DirtyEvaluation.DISABLED)),
+            When(dirty_state__isnull=True, then=Value(DirtyEvaluation.UNKNOWN)),
+            When(
+                dirty_state__schema_version__gt=SCHEMA_VERSION, then=Value(DirtyEvaluation.UNKNOWN)
+            ),
+            When(dirty_state__dirty=True, then=Value(DirtyEvaluation.DIRTY)),
+            When(gap, then=Value(DirtyEvaluation.UNKNOWN)),
+            When(behind, then=Value(DirtyEvaluation.UNKNOWN)),
+            default=Value(DirtyEvaluation.CLEAN),
             output_field=CharField(),
         ),
         dirty_attempts=Coalesce(
@@ -246,26 +248,29 @@ def annotate(queryset):
 
 
 def list_summary(evaluation: str, attempts: int | None) -> dict:
-    if evaluation == DISABLED:
+    if evaluation == DirtyEvaluation.DISABLED:
         return dict(DISABLED_SUMMARY)
     return {
-        "dirty": evaluation == DIRTY,
+        "dirty": evaluation == DirtyEvaluation.DIRTY,
         "evaluationStatus": evaluation,
         "recoveryAttemptCount": attempts or 0,
     }
 
 
 def dirty_filter(value: bool) -> Q:
-    return Q(dirty_evaluation=DIRTY) if value else ~Q(dirty_evaluation=DIRTY)
+    return (
+        Q(dirty_evaluation=DirtyEvaluation.DIRTY)
+        if value
+        else ~Q(dirty_evaluation=DirtyEvaluation.DIRTY)
+    )
 
 
 def older_members() -> list[str]:
     """Alive members and masters that run a protocol older than dirty tracking needs."""
     members = [
         f"member {name} ({uuid}) runs protocol {version}"
-        for name, uuid, version in Member.objects.filter(
-            state=MemberState.ALIVE, protocol_version__lt=DIRTY_TRACKING_SINCE
-        )
+        for name, uuid, version in Member.objects.alive()
+        .filter(protocol_version__lt=DIRTY_TRACKING_SINCE)
         .order_by("name")
         .values_list("name", "uuid", "protocol_version")
     ]

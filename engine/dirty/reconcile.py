@@ -9,21 +9,26 @@ from django.db import connection
 from django.db.models import F
 from django.db.models.functions import Now
 
+from engine.dirty import events as dirty_events
 from engine.dirty.attempts import confirm
-from engine.dirty.episodes import after_settle, on_job_terminal
-from engine.dirty.tracking import dirty_event, incomplete, lock_state, record_gap
+from engine.dirty.episodes import after_settle
+from engine.dirty.tracking import incomplete, lock_state, record_gap
 from engine.events import append_events
 from engine.fencing import StaleEpoch, fenced
 from engine.models import (
     ClusterState,
-    DirtyJobState,
     DirtyTrackingGap,
-    EngineEvent,
     Job,
     RecoveryAttempt,
     RecoveryEpisode,
 )
-from engine.states import EXECUTION_TERMINAL, JOB_TERMINAL, ExecutionStatus
+from engine.states import (
+    EXECUTION_TERMINAL,
+    JOB_TERMINAL,
+    AttemptState,
+    EpisodeStatus,
+    ExecutionStatus,
+)
 
 log = logging.getLogger("keel.dirty")
 
@@ -39,13 +44,13 @@ def reconcile(epoch: int) -> int:
     - it ended without that deployment: abort the attempt;
     - anything else is unexplained: the job becomes UNKNOWN.
     Then it completes episodes whose recovery finished unnoticed, removes repairable gaps that
-    are repaired, finishes terminal snapshots that failed, and turns a member event the tracker
-    could not handle at all into gaps of the jobs it concerned. One job's failure is contained
-    (and recorded); only a stale epoch stops it.
+    are repaired, and turns a member event the tracker could not handle at all into gaps of the
+    jobs it concerned. One job's failure is contained (and recorded); only a stale epoch stops
+    it. (Finished-job records that failed are retried by engine.jobs.terminal.)
     """
     changed = 0
     prepared = list(
-        RecoveryAttempt.objects.filter(state=RecoveryAttempt.State.PREPARED)
+        RecoveryAttempt.objects.filter(state=AttemptState.PREPARED)
         .exclude(job__status__in=JOB_TERMINAL)
         .order_by("job_id", "id")
         .values_list("id", "job_id")
@@ -53,7 +58,7 @@ def reconcile(epoch: int) -> int:
     for attempt_id, job_id in prepared:
         changed += _per_job(epoch, job_id, "reconciliation", _reconcile_attempt, attempt_id)
     for job_id in (
-        RecoveryEpisode.objects.filter(status=RecoveryEpisode.Status.ACTIVE)
+        RecoveryEpisode.objects.filter(status=EpisodeStatus.ACTIVE)
         .exclude(job__status__in=JOB_TERMINAL)
         .order_by("job_id")
         .values_list("job_id", flat=True)
@@ -63,12 +68,6 @@ def reconcile(epoch: int) -> int:
         set(DirtyTrackingGap.objects.filter(repairable=True).values_list("job_id", flat=True))
     ):
         _per_job(epoch, job_id, "gap repair", _repair_gaps)
-    for job_id in (
-        DirtyJobState.objects.filter(job__status__in=JOB_TERMINAL)
-        .order_by("job_id")
-        .values_list("job_id", flat=True)
-    ):
-        _per_job(epoch, job_id, "terminal snapshot", _finish_terminal)
     try:
         _repair_watermark(epoch)
     except StaleEpoch:
@@ -101,7 +100,7 @@ def _per_job(epoch: int, job_id: int, where: str, step, *args) -> int:
 def _reconcile_attempt(job: Job, epoch: int, attempt_id: int):
     state = lock_state(job.id)
     attempt = RecoveryAttempt.objects.select_related("pipeline").filter(id=attempt_id).first()
-    if state is None or attempt is None or attempt.state != RecoveryAttempt.State.PREPARED:
+    if state is None or attempt is None or attempt.state != AttemptState.PREPARED:
         return 0, []
     p = attempt.pipeline
     if p.restore_count >= attempt.restore_number:
@@ -110,9 +109,18 @@ def _reconcile_attempt(job: Job, epoch: int, attempt_id: int):
         return 0, []
     if p.status in EXECUTION_TERMINAL or job.status in JOB_TERMINAL:
         RecoveryAttempt.objects.filter(id=attempt.id).update(
-            state=RecoveryAttempt.State.ABORTED, ended_at=Now()
+            state=AttemptState.ABORTED, ended_at=Now()
         )
-        return 1, [dirty_event("attempt-aborted", job.id, epoch, attemptId=attempt.attempt_id)]
+        return 1, [
+            dirty_events.attempt_aborted(
+                job.id,
+                epoch,
+                attempt.attempt_id,
+                p.index,
+                attempt.restore_number,
+                f"pipeline {p.index} ended {p.status} without that deployment",
+            )
+        ]
     return 1, incomplete(
         state,
         epoch,
@@ -131,7 +139,7 @@ def _repair_gaps(job: Job, epoch: int):
     if job.status not in JOB_TERMINAL:
         unconfirmed = RecoveryAttempt.objects.filter(
             job=job,
-            state=RecoveryAttempt.State.PREPARED,
+            state=AttemptState.PREPARED,
             pipeline__restore_count__gte=F("restore_number"),
         ).exists()
         if unconfirmed:
@@ -141,15 +149,8 @@ def _repair_gaps(job: Job, epoch: int):
         events = []
     removed, _ = DirtyTrackingGap.objects.filter(job=job, repairable=True).delete()
     if removed:
-        events.append(dirty_event("repaired", job.id, epoch, gaps=removed))
+        events.append(dirty_events.repaired(job.id, epoch, removed))
     return removed, events
-
-
-def _finish_terminal(job: Job, epoch: int):
-    """A terminal job whose snapshot failed keeps its running state: snapshot it now."""
-    if job.status not in JOB_TERMINAL:
-        return 0, []
-    return 1, on_job_terminal(job, epoch, strict=True)
 
 
 def _repair_watermark(epoch: int) -> None:
@@ -186,15 +187,11 @@ def _repair_watermark(epoch: int) -> None:
             gaps,
         )
         append_events(
-            [
-                EngineEvent(
-                    kind="dirty.tracker-failed",
-                    epoch=epoch,
-                    payload={
-                        "where": "member-event watermark",
-                        "error": f"member events {handled + 1}..{sequence} were not handled",
-                        "jobs": gaps,
-                    },
-                )
-            ]
+            dirty_events.tracker_failed(
+                [],
+                epoch,
+                "member-event watermark",
+                f"member events {handled + 1}..{sequence} were not handled",
+                jobs=gaps,
+            )
         )

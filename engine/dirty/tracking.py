@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import transaction
 
+from engine.dirty import events as dirty_events
 from engine.models import (
     DirtyJobState,
     DirtyTrackingGap,
@@ -44,19 +45,12 @@ from engine.models import (
     Job,
     Member,
 )
+from engine.states import LeaveClassification
 
 log = logging.getLogger("keel.dirty")
 
 #: The DirtyJobState layout this code reads; a newer row evaluates UNKNOWN.
 SCHEMA_VERSION = 1
-
-#: Every member loss is UNCLASSIFIED until a trusted planned-leave control plane exists (phase 2
-#: adds PLANNED_VERIFIED, registered by an authenticated operator before the member stops).
-UNCLASSIFIED = "UNCLASSIFIED"
-PLANNED_VERIFIED = "PLANNED_VERIFIED"
-
-DISABLED, CLEAN, DIRTY, UNKNOWN = "DISABLED", "CLEAN", "DIRTY", "UNKNOWN"
-EVALUATIONS = (CLEAN, DIRTY, UNKNOWN, DISABLED)
 
 
 @dataclass(frozen=True)
@@ -76,11 +70,7 @@ def options() -> Options:
 def classify_leave(member: Member) -> str:
     """The cause classification of a member loss. A member's own shutdown is never trusted to
     classify itself (a SIGTERM'd pod is as unexplained as a crash): always UNCLASSIFIED."""
-    return UNCLASSIFIED
-
-
-def dirty_event(kind: str, job_id: int, epoch: int | None, **payload) -> EngineEvent:
-    return EngineEvent(kind=f"dirty.{kind}", job_id=job_id, epoch=epoch, payload=payload)
+    return LeaveClassification.UNCLASSIFIED
 
 
 def tracker_failed(job_ids: Iterable[int], epoch: int | None, where: str, exc: BaseException):
@@ -88,15 +78,7 @@ def tracker_failed(job_ids: Iterable[int], epoch: int | None, where: str, exc: B
     ``dirty.tracker-failed`` event per job, or one without a job for a cluster-wide step."""
     job_ids = list(job_ids)
     log.error("dirty-job tracking failed (%s) for jobs %s: %s", where, job_ids, exc)
-    return [
-        EngineEvent(
-            kind="dirty.tracker-failed",
-            job_id=j,
-            epoch=epoch,
-            payload={"where": where, "error": str(exc)[:500]},
-        )
-        for j in job_ids or [None]
-    ]
+    return dirty_events.tracker_failed(job_ids, epoch, where, str(exc))
 
 
 def record_gap(
@@ -143,4 +125,4 @@ def incomplete(state: DirtyJobState, epoch: int | None, reason: str) -> list[Eng
     UNKNOWN from now on."""
     log.warning("dirty-job tracking of job %s incomplete: %s", state.job_id, reason)
     record_gap(state.job_id, reason)
-    return [dirty_event("tracking-incomplete", state.job_id, epoch, reason=reason)]
+    return [dirty_events.tracking_incomplete(state.job_id, epoch, reason)]

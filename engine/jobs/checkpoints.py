@@ -19,11 +19,12 @@ from django.db.models import Count, F, Max, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from engine import events as builders
 from engine.events import append_events
 from engine.fencing import fenced
 from engine.jobs.scheduler import Deployment
 from engine.models import Checkpoint, EngineEvent, Pipeline, TaskCheckpoint, TaskGroup
-from engine.states import ExecutionStatus, JobStatus, MemberState, TaskGroupKind
+from engine.states import CheckpointState, ExecutionStatus, JobStatus, TaskGroupKind
 
 log = logging.getLogger("keel.checkpoints")
 
@@ -34,7 +35,7 @@ def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
     now = timezone.now()
     candidates = (
         Pipeline.objects.filter(status=ExecutionStatus.RUNNING, job__status=JobStatus.RUNNING)
-        .exclude(checkpoints__state=Checkpoint.State.PENDING)
+        .exclude(checkpoints__state=CheckpointState.PENDING)
         .annotate(last=Max("checkpoints__triggered_at"))
         .select_related("job")
     )
@@ -52,11 +53,10 @@ def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
     with fenced(epoch):
         for pipeline in due:
             groups = list(
-                TaskGroup.objects.filter(
-                    pipeline=pipeline,
-                    status=ExecutionStatus.RUNNING,
-                    member__state=MemberState.ALIVE,  # a lost member's group is failing anyway
-                ).values_list(*Deployment.FIELDS)
+                # A lost member's task group is failing anyway.
+                TaskGroup.objects.on_alive_members()
+                .filter(pipeline=pipeline, status=ExecutionStatus.RUNNING)
+                .values_list(*Deployment.FIELDS)
             )
             total = TaskGroup.objects.filter(pipeline=pipeline).count()
             if len(groups) != total:
@@ -69,12 +69,7 @@ def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
             )
             barriers += [(checkpoint.id, g) for g in targets]
             events.append(
-                EngineEvent(
-                    kind="checkpoint.triggered",
-                    job_id=pipeline.job_id,
-                    epoch=epoch,
-                    payload={"checkpointId": checkpoint.id, "pipelineId": pipeline.id},
-                )
+                builders.checkpoint_triggered(pipeline.job_id, epoch, checkpoint.id, pipeline.index)
             )
         append_events(events)
     return barriers
@@ -85,7 +80,7 @@ def acknowledge(checkpoint_id: int, task_group_id: int, attempt: int, state: dic
     try:
         with transaction.atomic():
             pending = Checkpoint.objects.filter(
-                id=checkpoint_id, state=Checkpoint.State.PENDING
+                id=checkpoint_id, state=CheckpointState.PENDING
             ).exists()
             if not pending:
                 return False
@@ -104,7 +99,7 @@ def complete_or_expire(epoch: int) -> list[Checkpoint]:
     """COMPLETE checkpoints every expected attempt acked; FAIL those timed out or orphaned.
     Returns the checkpoints this call ended (the completed ones' commits are to be sent)."""
     pending = list(
-        Checkpoint.objects.filter(state=Checkpoint.State.PENDING)
+        Checkpoint.objects.filter(state=CheckpointState.PENDING)
         .select_related("pipeline", "job")
         .annotate(acks_n=Count("acks"))
     )
@@ -126,14 +121,14 @@ def complete_or_expire(epoch: int) -> list[Checkpoint]:
             )
         }
         if not expected <= current:
-            state, reason = Checkpoint.State.FAILED, "a task group was redeployed before every ack"
+            state, reason = CheckpointState.FAILED, "a task group was redeployed before every ack"
         elif expected <= acks:
-            state, reason = Checkpoint.State.COMPLETED, ""
+            state, reason = CheckpointState.COMPLETED, ""
         elif checkpoint.pipeline.status != ExecutionStatus.RUNNING:
-            state = Checkpoint.State.FAILED
+            state = CheckpointState.FAILED
             reason = f"pipeline {checkpoint.pipeline.status} before every ack"
         elif checkpoint.triggered_at < now - timeout:
-            state, reason = Checkpoint.State.FAILED, "checkpoint timeout"
+            state, reason = CheckpointState.FAILED, "checkpoint timeout"
         else:
             continue
         if _end(epoch, checkpoint, state, reason):
@@ -144,30 +139,28 @@ def complete_or_expire(epoch: int) -> list[Checkpoint]:
 
 def _end(epoch: int, checkpoint: Checkpoint, state: str, reason: str = "") -> bool:
     with fenced(epoch):
-        changed = Checkpoint.objects.filter(
-            id=checkpoint.id, state=Checkpoint.State.PENDING
-        ).update(state=state, ended_at=Now(), failure_reason=reason)
+        changed = Checkpoint.objects.filter(id=checkpoint.id, state=CheckpointState.PENDING).update(
+            state=state, ended_at=Now(), failure_reason=reason
+        )
         if changed != 1:
             return False
         counter = (
-            "checkpoints_completed" if state == Checkpoint.State.COMPLETED else "checkpoints_failed"
+            "checkpoints_completed" if state == CheckpointState.COMPLETED else "checkpoints_failed"
         )
         Pipeline.objects.filter(id=checkpoint.pipeline_id).update(**{counter: F(counter) + 1})
         append_events(
             [
-                EngineEvent(
-                    kind=f"checkpoint.{state.lower()}",
-                    job_id=checkpoint.job_id,
-                    epoch=epoch,
-                    payload={
-                        "checkpointId": checkpoint.id,
-                        "pipelineId": checkpoint.pipeline.index,
-                        **({"reason": reason} if reason else {}),
-                    },
+                builders.checkpoint_ended(
+                    checkpoint.job_id,
+                    epoch,
+                    checkpoint.id,
+                    checkpoint.pipeline.index,
+                    state,
+                    reason,
                 )
             ]
         )
-        if state == Checkpoint.State.COMPLETED:
+        if state == CheckpointState.COMPLETED:
             _prune(checkpoint)
     return True
 
@@ -176,14 +169,14 @@ def _prune(checkpoint: Checkpoint) -> None:
     """Keep ``checkpoint.max-retained`` completed checkpoints (and no older failed ones)."""
     keep = int(checkpoint.job.env.get("checkpoint.max-retained") or 3)
     completed = list(
-        Checkpoint.objects.filter(pipeline=checkpoint.pipeline, state=Checkpoint.State.COMPLETED)
+        Checkpoint.objects.filter(pipeline=checkpoint.pipeline, state=CheckpointState.COMPLETED)
         .order_by("-id")
         .values_list("id", flat=True)
     )
     if len(completed) > keep:
         oldest_kept = completed[keep - 1]
         Checkpoint.objects.filter(pipeline=checkpoint.pipeline, id__lt=oldest_kept).filter(
-            ~Q(state=Checkpoint.State.PENDING)
+            ~Q(state=CheckpointState.PENDING)
         ).delete()
 
 
@@ -193,18 +186,19 @@ def committers(checkpoint: Checkpoint) -> list[Deployment]:
     it restores from."""
     return [
         Deployment.of(row)
-        for row in TaskGroup.objects.filter(
+        for row in TaskGroup.objects.on_alive_members()
+        .filter(
             pipeline_id=checkpoint.pipeline_id,
             kind=TaskGroupKind.READER,
             status=ExecutionStatus.RUNNING,
-            member__state=MemberState.ALIVE,
-        ).values_list(*Deployment.FIELDS)
+        )
+        .values_list(*Deployment.FIELDS)
     ]
 
 
 def latest_completed(pipeline_id: int) -> Checkpoint | None:
     return (
-        Checkpoint.objects.filter(pipeline_id=pipeline_id, state=Checkpoint.State.COMPLETED)
+        Checkpoint.objects.filter(pipeline_id=pipeline_id, state=CheckpointState.COMPLETED)
         .order_by("-id")
         .first()
     )
@@ -220,7 +214,7 @@ def own_state(checkpoint_id: int, task_group_id: int, attempt: int) -> dict | No
     return (
         TaskCheckpoint.objects.filter(
             checkpoint_id=checkpoint_id,
-            checkpoint__state=Checkpoint.State.COMPLETED,
+            checkpoint__state=CheckpointState.COMPLETED,
             task_group_id=task_group_id,
             attempt=attempt,
         )

@@ -13,10 +13,11 @@ from typing import Any
 from engine.connectors import get_plugin, plugin_names, validate_block
 from engine.connectors.base import Option
 from engine.jobconfig import SECTIONS, ConfigError, PluginBlock, parse_job_config
+from engine.states import JobMode
 
 ENV_OPTIONS = (
     Option("job.name", str, default=None),
-    Option("job.mode", str, default="BATCH", choices=("BATCH", "STREAMING")),
+    Option("job.mode", str, default=JobMode.BATCH.value, choices=tuple(JobMode.values)),
     Option("parallelism", int, default=1, min=1),
     Option("checkpoint.interval", int, default=None, min=0, help="ms; 0 disables"),
     Option("checkpoint.timeout", int, default=60000, min=1),
@@ -98,7 +99,7 @@ def validate_env(env: dict[str, Any]) -> tuple[dict[str, Any], list[dict]]:
             errors.append({"path": f"env.{option.name}", "message": str(exc)})
     if out.get("parallelism") and out["parallelism"] > MAX_PARALLELISM:
         errors.append({"path": "env.parallelism", "message": f"must be at most {MAX_PARALLELISM}"})
-    if not errors and out["checkpoint.interval"] is None and out["job.mode"] == "STREAMING":
+    if not errors and out["checkpoint.interval"] is None and out["job.mode"] == JobMode.STREAMING:
         out["checkpoint.interval"] = STREAMING_CHECKPOINT_INTERVAL
     return out, errors
 

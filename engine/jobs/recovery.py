@@ -16,10 +16,12 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from engine import dirty
+from engine import events as builders
+from engine.cluster import slots as slot_transitions
 from engine.events import append_events
 from engine.fencing import fenced
 from engine.jobs import checkpoints, splits
-from engine.jobs.scheduler import Deployment, deploy_on, take_slots
+from engine.jobs.scheduler import Deployment, deploy_on
 from engine.models import (
     ControlStep,
     EngineEvent,
@@ -27,7 +29,13 @@ from engine.models import (
     Pipeline,
     TaskGroup,
 )
-from engine.states import EXECUTION_TERMINAL, ExecutionStatus, JobStatus
+from engine.states import (
+    EXECUTION_TERMINAL,
+    ControlStepKind,
+    ControlStepState,
+    ExecutionStatus,
+    JobStatus,
+)
 
 log = logging.getLogger("keel.recovery")
 NO_SLOTS_RETRY = 1.0
@@ -43,7 +51,7 @@ def request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[En
     _, created = ControlStep.objects.get_or_create(
         key=key,
         defaults={
-            "kind": "restore-pipeline",
+            "kind": ControlStepKind.RESTORE_PIPELINE,
             "job": job,
             "payload": {"pipelineId": pipeline.id, "restore": number, "lostMembers": lost},
             "due_at": timezone.now() + timedelta(seconds=delay),
@@ -52,11 +60,7 @@ def request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[En
     if not created:
         return []
     return [
-        EngineEvent(
-            kind="pipeline.restore-requested",
-            job_id=job.id,
-            payload={"pipelineId": pipeline.index, "restore": number, "inSeconds": delay},
-        ),
+        builders.pipeline_restore_requested(job.id, pipeline.index, number, delay),
         # Restore preparation: the dirty-job attempt is allocated (not counted) here.
         *dirty.on_restore_prepared(job, pipeline, number, lost),
     ]
@@ -64,14 +68,15 @@ def request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[En
 
 def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deployment]]:
     """Restore: release (already freed), request slots, redeploy every task group of the
-    pipeline as a new attempt, from the beginning (checkpoints come with their issue)."""
+    pipeline as a new attempt, from the latest completed checkpoint (from the beginning when
+    there is none)."""
     pipeline_id = step.payload["pipelineId"]
     number = step.payload["restore"]
     with fenced(epoch):
         job = Job.objects.select_for_update(no_key=True).get(id=step.job_id)
         pipeline = Pipeline.objects.select_for_update(no_key=True).get(id=pipeline_id)
         step = ControlStep.objects.select_for_update(no_key=True).get(id=step.id)
-        if step.state == ControlStep.State.DONE:
+        if step.state == ControlStepState.DONE:
             return "done already", []
         groups = list(
             TaskGroup.objects.select_for_update(no_key=True, of=("self",))
@@ -88,7 +93,7 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
             _done(step, "obsolete: nothing to restore")
             append_events(dirty.on_restore_obsolete(job, pipeline, number, epoch))
             return "obsolete", []
-        slots = take_slots(len(groups))
+        slots = slot_transitions.take(len(groups))
         if slots is None:
             # Not enough slots now: stay due, try again shortly (the rows locked roll back).
             ControlStep.objects.filter(id=step.id).update(
@@ -109,27 +114,21 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
         _done(step, f"restored on {len(groups)} slots")
         append_events(
             [
-                EngineEvent(
-                    kind="pipeline.restore",
-                    job_id=job.id,
-                    epoch=epoch,
-                    payload={
-                        "pipelineId": pipeline.index,
-                        "restore": number,
-                        "cause": previous,
-                        "slots": [s for s, _ in slots],
-                        "fromCheckpoint": restored_from,
-                    },
+                builders.pipeline_restore(
+                    job.id,
+                    epoch,
+                    pipeline.index,
+                    number,
+                    cause=previous,
+                    slots=[s for s, _ in slots],
+                    from_checkpoint=restored_from,
                 ),
-                EngineEvent(
-                    kind="pipeline.status",
-                    job_id=job.id,
+                builders.pipeline_status(
+                    job.id,
+                    pipeline.index,
+                    ExecutionStatus.FAILING,
+                    ExecutionStatus.DEPLOYING,
                     epoch=epoch,
-                    payload={
-                        "pipelineId": pipeline.index,
-                        "from": ExecutionStatus.FAILING,
-                        "to": ExecutionStatus.DEPLOYING,
-                    },
                 ),
                 *group_events,
                 # The pipeline reached DEPLOYING on its new slots: the attempt counts now.
@@ -154,5 +153,5 @@ def _rewind_splits(pipeline: Pipeline, groups: list[TaskGroup]) -> int | None:
 
 def _done(step: ControlStep, result: str) -> None:
     ControlStep.objects.filter(id=step.id).update(
-        state=ControlStep.State.DONE, done_at=Now(), result=result, attempts=step.attempts + 1
+        state=ControlStepState.DONE, done_at=Now(), result=result, attempts=step.attempts + 1
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from engine import dirty
+from engine import events as builders
 from engine.events import append_event
 from engine.jobconfig import ConfigError
 from engine.jobs.planner import JobPlan, plan_job
@@ -57,17 +58,7 @@ def create_job(plan: JobPlan, config_text: str) -> Job:
                 for i in range(plan.parallelism)
             ]
         TaskGroup.objects.bulk_create(groups)
-        append_event(
-            "job.submitted",
-            job_id=job.id,
-            payload={
-                "jobName": job.name,
-                "jobStatus": job.status,
-                "mode": job.mode,
-                "pipelines": len(pipelines),
-                "slotsNeeded": job.slots_needed,
-            },
-        )
+        append_event(builders.job_submitted(job, len(pipelines)))
     return job
 
 

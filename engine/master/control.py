@@ -18,6 +18,7 @@ from engine.fencing import StaleEpoch, fenced
 from engine.jobs import recovery
 from engine.master import commands
 from engine.models import ControlStep
+from engine.states import ControlStepKind, ControlStepState
 
 log = logging.getLogger("keel.control")
 ENQUEUE_TIMEOUT = 10.0
@@ -29,7 +30,7 @@ def enqueue_due_steps(epoch: int) -> bool:
     with fenced(epoch):
         due = list(
             ControlStep.objects.select_for_update(no_key=True, skip_locked=True)
-            .filter(state=ControlStep.State.PENDING, due_at__lte=now)
+            .filter(state=ControlStepState.PENDING, due_at__lte=now)
             .filter(
                 Q(enqueued_at__isnull=True)
                 | Q(enqueued_at__lt=now - timedelta(seconds=ENQUEUE_TIMEOUT))
@@ -49,9 +50,9 @@ def enqueue_due_steps(epoch: int) -> bool:
 def run_step(step_id: int, epoch: int) -> str:
     """Execute one control step (in any worker's Celery pool). Returns what happened."""
     step = ControlStep.objects.filter(id=step_id).first()
-    if step is None or step.state == ControlStep.State.DONE:
+    if step is None or step.state == ControlStepState.DONE:
         return "done already"
-    if step.kind != "restore-pipeline":
+    if step.kind != ControlStepKind.RESTORE_PIPELINE:
         return f"unknown step kind {step.kind}"
     try:
         result, deployments = recovery.restore_pipeline(step, epoch)

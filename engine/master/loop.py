@@ -109,7 +109,7 @@ class Master:
         epoch = self.leadership.epoch
         if not self.leadership.active or self.reconciled_epoch == epoch:
             return False
-        changed = dirty.reconcile(epoch)
+        changed = orchestration.reconcile(epoch)
         self.reconciled_epoch = epoch
         if changed:
             log.info("dirty-job reconciliation under epoch %s changed %s attempts", epoch, changed)
@@ -123,7 +123,7 @@ class Master:
         episodes."""
         if not self._active_and(self.dirty_timer) or not self._reconciled():
             return False
-        changed = dirty.reconcile(self.leadership.epoch)
+        changed = orchestration.reconcile(self.leadership.epoch)
         return dirty.expire_stale_episodes(self.leadership.epoch) or changed > 0
 
     def step_fail_lost(self) -> bool:

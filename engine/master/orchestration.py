@@ -11,16 +11,19 @@ import logging
 import time
 from datetime import timedelta
 
-from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from engine import dirty
 from engine.fencing import fenced
-from engine.jobs import checkpoints, lifecycle
+from engine.jobs import checkpoints, lifecycle, terminal
 from engine.jobs.scheduler import Deployment, schedule_next
 from engine.master import commands
-from engine.models import Checkpoint, TaskGroup
-from engine.states import EXECUTION_TERMINAL, ExecutionStatus, JobStatus, MemberState
+from engine.models import TaskGroup
+from engine.states import (
+    CheckpointState,
+    ExecutionStatus,
+)
 
 log = logging.getLogger("keel.orchestration")
 REDELIVER_AFTER = 5.0
@@ -43,9 +46,9 @@ def redeliver(epoch: int) -> bool:
     with fenced(epoch):
         stale = list(
             TaskGroup.objects.select_for_update(no_key=True, skip_locked=True, of=("self",))
+            .on_alive_members()
             .filter(
                 status=ExecutionStatus.DEPLOYING,
-                member__state=MemberState.ALIVE,
                 deployed_at__lt=Now() - timedelta(seconds=REDELIVER_AFTER),
             )
             .values_list(*Deployment.FIELDS, "updated_at")[:200]
@@ -73,17 +76,6 @@ def redeliver(epoch: int) -> bool:
     return True
 
 
-def stopping_task_groups():
-    """Live task groups to cancel: those of CANCELING / FAILING jobs, and the rest of a FAILING
-    pipeline (e.g. one about to restore)."""
-    stopping = Q(job__status__in=[JobStatus.CANCELING, JobStatus.FAILING]) | Q(
-        pipeline__status=ExecutionStatus.FAILING
-    )
-    return TaskGroup.objects.filter(stopping, member__state=MemberState.ALIVE).exclude(
-        status__in=EXECUTION_TERMINAL
-    )
-
-
 class CancelSender:
     """Sends cancel commands to task groups of CANCELING / FAILING jobs until they end."""
 
@@ -93,7 +85,7 @@ class CancelSender:
     def step(self, epoch: int) -> bool:
         groups = [
             Deployment.of(row)
-            for row in stopping_task_groups().values_list(*Deployment.FIELDS)[:500]
+            for row in TaskGroup.objects.stopping().values_list(*Deployment.FIELDS)[:500]
         ]
         now = time.monotonic()
         due = [g for g in groups if now - self.sent.get(g, 0) >= CANCEL_RESEND]
@@ -109,9 +101,8 @@ def fail_lost_task_groups(epoch: int) -> bool:
     """Task groups whose member is gone can never report: fail them as lost with it, which
     makes their pipeline restore (engine.jobs.lifecycle, engine.jobs.recovery)."""
     lost = list(
-        TaskGroup.objects.exclude(status__in=EXECUTION_TERMINAL)
-        .exclude(status=ExecutionStatus.CREATED)
-        .exclude(member__state=MemberState.ALIVE)
+        TaskGroup.objects.deployed()
+        .on_lost_members()
         .select_related("member")
         .order_by("job_id", "id")[:500]
     )
@@ -144,10 +135,19 @@ def coordinate_checkpoints(epoch: int) -> bool:
     trigger the checkpoints that are due and send their barriers."""
     ended = checkpoints.complete_or_expire(epoch)
     for checkpoint in ended:
-        if checkpoint.state == Checkpoint.State.COMPLETED:
+        if checkpoint.state == CheckpointState.COMPLETED:
             for target in checkpoints.committers(checkpoint):
                 commands.commit(target, checkpoint.id)
     barriers = checkpoints.trigger_due(epoch)
     for checkpoint_id, target in barriers:
         commands.barrier(target, checkpoint_id)
     return bool(ended or barriers)
+
+
+def reconcile(epoch: int) -> int:
+    """What a new active master settles before it schedules anything, and again as
+    housekeeping: the dirty-job tracker's reconciliation (returns the attempts it changed),
+    then the finished-job records that could not be written at the jobs' end."""
+    changed = dirty.reconcile(epoch)
+    terminal.record_pending_history(epoch)
+    return changed

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from engine.connectors import get_plugin
 from engine.connectors.base import SinkWriter
 from engine.connectors.schema import Schema
+from engine.states import JobMode
 
 BATCH_SIZE = 4096
 METRICS_INTERVAL = 1.0
@@ -187,7 +188,7 @@ def run_reader(
                 break
             positions[split_id]["done"] = True
             on_split_done(split_id, offset)
-        while mode == "STREAMING" and not stop.is_set():
+        while mode == JobMode.STREAMING and not stop.is_set():
             tick({})
             stop.wait(0.05)
         if not stop.is_set():

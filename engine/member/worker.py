@@ -21,6 +21,7 @@ from celery import current_app
 from engine.cluster.membership import MemberFenced, MemberSession, leave, register_member
 from engine.member import runtime
 from engine.protocol import CONTROL_QUEUE, member_queue
+from engine.states import SlotMode
 
 log = logging.getLogger("keel.worker")
 
@@ -32,7 +33,7 @@ EXIT_FENCED = 3
 class WorkerOptions:
     name: str
     slots: int = 8
-    slot_mode: str = "FIXED"
+    slot_mode: str = SlotMode.FIXED
     heartbeat_interval: float = 1.0
     concurrency: int = 4
 

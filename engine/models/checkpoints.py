@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models.functions import Now
 
+from engine.states import CheckpointState
+
 from .fields import OrderedJSONField
 from .jobs import Job, Pipeline, TaskGroup
 
@@ -12,14 +14,11 @@ from .jobs import Job, Pipeline, TaskGroup
 class Checkpoint(models.Model):
     """Checkpoint N of a pipeline. Ids come from one sequence: they only grow, whoever leads."""
 
-    class State(models.TextChoices):
-        PENDING = "PENDING"
-        COMPLETED = "COMPLETED"
-        FAILED = "FAILED"
-
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints")
     pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="checkpoints")
-    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    state = models.CharField(
+        max_length=16, choices=CheckpointState.choices, default=CheckpointState.PENDING
+    )
     #: {task group id: attempt} the barrier went to; acks of other attempts do not count.
     expected = models.JSONField(default=dict)
     triggered_at = models.DateTimeField(db_default=Now())

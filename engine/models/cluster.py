@@ -68,6 +68,12 @@ class MasterCandidate(models.Model):
         return f"{self.name} ({self.state})"
 
 
+class MemberQuerySet(models.QuerySet):
+    def alive(self) -> MemberQuerySet:
+        """Members the cluster counts on: neither REMOVED nor LEFT."""
+        return self.filter(state=MemberState.ALIVE)
+
+
 class Member(models.Model):
     """An engine member: one worker process, from its start to its end.
 
@@ -93,6 +99,8 @@ class Member(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=200, blank=True, default="")
 
+    objects = MemberQuerySet.as_manager()
+
     class Meta:
         ordering = ["-started_at", "-id"]
         indexes = [models.Index(fields=["state", "last_heartbeat"])]
@@ -101,12 +109,20 @@ class Member(models.Model):
         return f"{self.name} {self.uuid} ({self.state})"
 
 
+class SlotQuerySet(models.QuerySet):
+    def of_alive_members(self) -> SlotQuerySet:
+        """The slots the cluster can use: those of ALIVE members."""
+        return self.filter(member__state=MemberState.ALIVE)
+
+
 class Slot(models.Model):
     """A member slot: fixed members own ``slot_count`` rows; dynamic ones get rows on demand."""
 
     member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="slots")
     sequence = models.IntegerField()
     state = models.CharField(max_length=16, choices=SlotState.choices, default=SlotState.FREE)
+
+    objects = SlotQuerySet.as_manager()
 
     class Meta:
         ordering = ["member_id", "sequence"]

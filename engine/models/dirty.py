@@ -6,6 +6,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models.functions import Now
 
+from engine.states import AttemptState, EpisodeStatus
+
 from .jobs import Job, Pipeline
 
 
@@ -81,11 +83,6 @@ class RecoveryEpisode(models.Model):
     pipeline has been redeployed and runs (COMPLETED), or the job can no longer restore
     (ABORTED). The ``id`` is the stable episodeId."""
 
-    class Status(models.TextChoices):
-        ACTIVE = "ACTIVE"
-        COMPLETED = "COMPLETED"
-        ABORTED = "ABORTED"
-
     #: No database constraint on the references written by a member loss (here, the incident's
     #: and the state's): each check takes a FOR KEY SHARE row lock, a WAL-logged write, and they
     #: were a third of a member removal's cost with 1,000 jobs (bench/member_loss). engine.dirty
@@ -94,7 +91,9 @@ class RecoveryEpisode(models.Model):
     job = models.ForeignKey(
         Job, on_delete=models.CASCADE, related_name="recovery_episodes", db_constraint=False
     )
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    status = models.CharField(
+        max_length=16, choices=EpisodeStatus.choices, default=EpisodeStatus.ACTIVE
+    )
     classification = models.CharField(max_length=32)
     #: The job-level generation: the highest confirmed prepare sequence of any pipeline.
     generation = models.IntegerField(default=0)
@@ -147,11 +146,6 @@ class RecoveryAttempt(models.Model):
     prepared (PREPARED) and counted only when the pipeline reaches DEPLOYING on its new slots
     (CONFIRMED). ``attempt_id`` = ``<episodeId>-<pipelineId>-<prepareSequence>``."""
 
-    class State(models.TextChoices):
-        PREPARED = "PREPARED"
-        CONFIRMED = "CONFIRMED"
-        ABORTED = "ABORTED"
-
     attempt_id = models.CharField(max_length=64, unique=True)
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
     episode = models.ForeignKey(RecoveryEpisode, on_delete=models.CASCADE, related_name="attempts")
@@ -159,7 +153,9 @@ class RecoveryAttempt(models.Model):
     prepare_sequence = models.IntegerField()
     #: The pipeline restore number this attempt is bound to (Pipeline.restore_count once done).
     restore_number = models.IntegerField()
-    state = models.CharField(max_length=16, choices=State.choices, default=State.PREPARED)
+    state = models.CharField(
+        max_length=16, choices=AttemptState.choices, default=AttemptState.PREPARED
+    )
     prepared_at = models.DateTimeField(db_default=Now())
     ended_at = models.DateTimeField(null=True, blank=True)
 

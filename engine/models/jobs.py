@@ -4,9 +4,18 @@ control steps."""
 from __future__ import annotations
 
 from django.db import models
+from django.db.models import Q
 from django.db.models.functions import Now
 
-from engine.states import ExecutionStatus, JobStatus, TaskGroupKind
+from engine.states import (
+    EXECUTION_DEPLOYED,
+    EXECUTION_TERMINAL,
+    ControlStepState,
+    ExecutionStatus,
+    JobStatus,
+    MemberState,
+    TaskGroupKind,
+)
 
 from .cluster import Member, Slot
 from .fields import OrderedJSONField
@@ -58,6 +67,31 @@ class Pipeline(models.Model):
         return f"pipeline {self.index} of job {self.job_id}"
 
 
+class TaskGroupQuerySet(models.QuerySet):
+    def live(self) -> TaskGroupQuerySet:
+        """Not ended: neither FINISHED, FAILED nor CANCELED."""
+        return self.exclude(status__in=EXECUTION_TERMINAL)
+
+    def deployed(self) -> TaskGroupQuerySet:
+        """Placed on a member and not ended (DEPLOYING, RUNNING, FAILING or CANCELING)."""
+        return self.filter(status__in=EXECUTION_DEPLOYED)
+
+    def on_alive_members(self) -> TaskGroupQuerySet:
+        return self.filter(member__state=MemberState.ALIVE)
+
+    def on_lost_members(self) -> TaskGroupQuerySet:
+        """Whose member is REMOVED or LEFT (or gone): they can never report again."""
+        return self.exclude(member__state=MemberState.ALIVE)
+
+    def stopping(self) -> TaskGroupQuerySet:
+        """Live task groups to cancel: those of CANCELING or FAILING jobs, and the rest of a
+        FAILING pipeline (one about to restore, say), on members that can act on it."""
+        stopping = Q(job__status__in=[JobStatus.CANCELING, JobStatus.FAILING]) | Q(
+            pipeline__status=ExecutionStatus.FAILING
+        )
+        return self.filter(stopping).on_alive_members().live()
+
+
 class TaskGroup(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="task_groups")
     pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="task_groups")
@@ -87,6 +121,8 @@ class TaskGroup(models.Model):
     cpu_seconds = models.FloatField(default=0.0)
     deployed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(db_default=Now())
+
+    objects = TaskGroupQuerySet.as_manager()
 
     class Meta:
         ordering = ["pipeline_id", "kind", "index"]
@@ -128,15 +164,13 @@ class ControlStep(models.Model):
     the epoch it was enqueued with, and is idempotent by its stable ``key``.
     """
 
-    class State(models.TextChoices):
-        PENDING = "PENDING"
-        DONE = "DONE"
-
     key = models.CharField(max_length=200, unique=True)
     kind = models.CharField(max_length=64)
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="control_steps")
     payload = models.JSONField(default=dict)
-    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    state = models.CharField(
+        max_length=16, choices=ControlStepState.choices, default=ControlStepState.PENDING
+    )
     due_at = models.DateTimeField(db_default=Now())
     epoch = models.BigIntegerField(null=True, blank=True)
     enqueued_at = models.DateTimeField(null=True, blank=True)

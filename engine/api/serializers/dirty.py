@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from engine import dirty as dirty_tracking
+from engine.states import AttemptState, DirtyEvaluation, EpisodeStatus
 
 
 class DirtyTaskListSerializer(serializers.Serializer):
     """The dirty-job label in job lists; a disabled job has only the first two fields."""
 
     dirty = serializers.BooleanField()
-    evaluationStatus = serializers.ChoiceField(choices=dirty_tracking.EVALUATIONS)
+    evaluationStatus = serializers.ChoiceField(choices=DirtyEvaluation.choices)
     recoveryAttemptCount = serializers.IntegerField(required=False)
 
 
@@ -49,13 +49,13 @@ class EpisodeAttemptSerializer(serializers.Serializer):
     attemptId = serializers.CharField(help_text="<episodeId>-<pipelineId>-<prepareSequence>")
     pipelineId = serializers.IntegerField()
     prepareSequence = serializers.IntegerField()
-    state = serializers.ChoiceField(choices=["PREPARED", "CONFIRMED", "ABORTED"])
+    state = serializers.ChoiceField(choices=AttemptState.choices)
     at = serializers.DateTimeField()
 
 
 class EpisodeSerializer(serializers.Serializer):
     episodeId = serializers.IntegerField()
-    status = serializers.ChoiceField(choices=["ACTIVE", "COMPLETED", "ABORTED"])
+    status = serializers.ChoiceField(choices=EpisodeStatus.choices)
     startedAt = serializers.DateTimeField()
     endedAt = serializers.DateTimeField(allow_null=True)
     generation = serializers.IntegerField()

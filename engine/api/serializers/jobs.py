@@ -10,7 +10,7 @@ from engine.api.serializers.checkpoints import CheckpointSummarySerializer
 from engine.api.serializers.cluster import MemberRefSerializer
 from engine.api.serializers.dirty import DirtyTaskListSerializer, DirtyTaskSerializer
 from engine.models import Checkpoint, Job, TaskGroup
-from engine.states import JobStatus
+from engine.states import CheckpointState, ExecutionStatus, JobStatus
 
 MAX_CONFIG_BYTES = 1_000_000
 
@@ -123,7 +123,7 @@ class JobDetailSerializer(JobSummarySerializer):
     def get_checkpoints(self, job: Job) -> dict:
         pipelines = job.pipelines.all()
         latest = (
-            Checkpoint.objects.filter(job=job, state=Checkpoint.State.COMPLETED)
+            Checkpoint.objects.filter(job=job, state=CheckpointState.COMPLETED)
             .order_by("-id")
             .values("id", "ended_at")
             .first()
@@ -142,6 +142,6 @@ class JobDetailSerializer(JobSummarySerializer):
             "sourceReceivedCount": sum(g.source_received for g in groups),
             "sinkWriteCount": sum(g.sink_written for g in groups),
             "rowsPerSecond": round(
-                sum(g.rows_per_second for g in groups if g.status == "RUNNING"), 1
+                sum(g.rows_per_second for g in groups if g.status == ExecutionStatus.RUNNING), 1
             ),
         }

@@ -1,0 +1,106 @@
+"""Slots, and every transition of theirs: a fixed member's slots are created when it registers,
+a dynamic member's on demand; the scheduler takes and assigns them, a task group that ends frees
+its own. The slots of a member that is no longer ALIVE are never taken again.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from django.db import connection
+from django.db.models import Count, Max
+
+from engine.models import Member, Slot
+from engine.states import MemberState, SlotMode, SlotState
+
+
+def create_fixed_slots(conn: psycopg.Connection, member_id: int, count: int) -> None:
+    """A fixed member's ``count`` slots, created FREE in its registration transaction (on the
+    member's own membership session, so no one sees the member without them)."""
+    if count <= 0:
+        return
+    conn.execute(
+        """
+        INSERT INTO engine_slot (member_id, sequence, state)
+        SELECT %s, s, %s FROM generate_series(1, %s) AS s
+        """,
+        (member_id, SlotState.FREE, count),
+    )
+
+
+def _lock_free(count: int) -> list[tuple[int, int]]:
+    """Lock up to ``count`` free slots of ALIVE members: [(slot id, member id)]."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT s.id, s.member_id
+              FROM engine_slot s JOIN engine_member m ON m.id = s.member_id
+             WHERE m.state = %s AND s.state = %s
+             ORDER BY s.sequence, s.member_id
+             LIMIT %s
+               FOR NO KEY UPDATE OF s SKIP LOCKED
+            """,
+            [MemberState.ALIVE, SlotState.FREE, count],
+        )
+        return [(row[0], row[1]) for row in cur.fetchall()]
+
+
+def _create_dynamic(count: int) -> list[tuple[int, int]]:
+    """Create up to ``count`` new slots on dynamic-slot members, round-robin.
+
+    A dynamic member with ``slot_count`` > 0 never holds more than that many assigned slots;
+    0 means unbounded. Members are locked (in id order) so concurrent calls cannot overshoot.
+    """
+    members = list(
+        Member.objects.select_for_update(no_key=True)
+        .alive()
+        .filter(slot_mode=SlotMode.DYNAMIC)
+        .order_by("id")
+    )
+    if not members or count <= 0:
+        return []
+    top = dict(
+        Slot.objects.filter(member__in=members)
+        .values("member_id")
+        .annotate(top=Max("sequence"))
+        .values_list("member_id", "top")
+    )
+    used = dict(
+        Slot.objects.filter(member__in=members, state=SlotState.ASSIGNED)
+        .values("member_id")
+        .annotate(n=Count("id"))
+        .values_list("member_id", "n")
+    )
+    room = {
+        m.id: (m.slot_count - used.get(m.id, 0)) if m.slot_count > 0 else count for m in members
+    }
+    created: list[Slot] = []
+    while len(created) < count and any(r > 0 for r in room.values()):
+        for member in members:
+            if len(created) == count:
+                break
+            if room[member.id] <= 0:
+                continue
+            room[member.id] -= 1
+            top[member.id] = top.get(member.id, 0) + 1
+            created.append(Slot(member=member, sequence=top[member.id], state=SlotState.FREE))
+    Slot.objects.bulk_create(created)
+    return [(slot.id, slot.member_id) for slot in created]
+
+
+def take(count: int) -> list[tuple[int, int]] | None:
+    """Lock ``count`` free slots (creating dynamic ones if needed), or None if there are not
+    enough: then nothing is taken (the locks go with the caller's transaction)."""
+    slots = _lock_free(count)
+    if len(slots) < count:
+        slots += _create_dynamic(count - len(slots))
+    return slots if len(slots) == count else None
+
+
+def assign(slot_ids: list[int]) -> None:
+    """The taken slots now hold task groups (in the caller's transaction, which locked them)."""
+    Slot.objects.filter(id__in=slot_ids).update(state=SlotState.ASSIGNED)
+
+
+def free(slot_id: int) -> None:
+    """The task group that held the slot ended."""
+    Slot.objects.filter(id=slot_id).update(state=SlotState.FREE)

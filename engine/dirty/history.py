@@ -1,0 +1,54 @@
+"""The tracker's part of a finished job's record (engine.jobs.terminal writes the record).
+
+Its summary and recent episodes are frozen into the record and the running state is removed, in
+the record's transaction: if the record cannot be written, the running state stays (DIRTY is
+never lost), reads go on from it, and the record is written later.
+"""
+
+from __future__ import annotations
+
+from engine.dirty import events as dirty_events
+from engine.dirty.episodes import end_episode
+from engine.dirty.reading import Sequences, episode_list, summary
+from engine.dirty.tracking import lock_state
+from engine.models import (
+    DirtyJobState,
+    DirtyTrackingGap,
+    Job,
+    MemberLossIncident,
+    RecoveryAttempt,
+    RecoveryEpisode,
+)
+from engine.states import JOB_TERMINAL, EpisodeStatus
+from history.contributions import HistoryPart
+
+
+def history_part(job: Job, epoch: int | None) -> HistoryPart:
+    """The ended job's summary and episodes (its active episode aborted first); its running
+    state goes with the record. Nothing for a job that does not track dirty state."""
+    if job.dirty_threshold <= 0:
+        return HistoryPart()
+    events = []
+    state = lock_state(job.id)
+    if state is not None and state.active_episode_id is not None:
+        events += end_episode(
+            state, state.active_episode_id, EpisodeStatus.ABORTED, f"job {job.status}", epoch
+        )
+    snapshot = summary(job, state, Sequences.read(job.id))
+    episodes = episode_list(job.id)
+    RecoveryAttempt.objects.filter(job=job).delete()
+    RecoveryEpisode.objects.filter(job=job).delete()
+    MemberLossIncident.objects.filter(job=job).delete()
+    DirtyTrackingGap.objects.filter(job=job).delete()
+    DirtyJobState.objects.filter(job=job).delete()
+    events.append(dirty_events.snapshot(job.id, epoch, snapshot))
+    return HistoryPart({"dirty_task": snapshot, "episodes": episodes}, events)
+
+
+def pending_history() -> list[int]:
+    """Ended jobs whose running state is still here: their record is still to be written."""
+    return list(
+        DirtyJobState.objects.filter(job__status__in=JOB_TERMINAL)
+        .order_by("job_id")
+        .values_list("job_id", flat=True)
+    )
