@@ -1,6 +1,7 @@
-"""Member-loss cost with dirty-job tracking: the time ``engine.membership.remove_member`` takes
-with 100 and 1,000 running tracking-enabled jobs, beside one PostgreSQL commit measured in the
-same run (goal: a removal with 1,000 jobs within 30 commits' worth).
+"""Member-loss cost with dirty-job tracking: the time the active master's member removal
+(``engine.cluster.membership.remove_member``) takes with 100 and 1,000 running
+tracking-enabled jobs, beside one PostgreSQL commit measured in the same run (goal: a removal
+with 1,000 jobs within 30 commits' worth).
 
 The removal is the active master's real call, in this process on real PostgreSQL (no engine
 processes): the conditional ALIVE -> REMOVED update, the member-event sequence bump, the
@@ -8,7 +9,7 @@ dirty-job tracker (``engine.dirty.on_member_lost``: incidents, episodes, their e
 watermark every enabled job shares) and the events, in one fenced transaction, then the end of
 the member's sessions.
 
-Setup is not timed: one job is submitted with ``engine.jobs.submit_job`` and cloned with
+Setup is not timed: one job is submitted with ``engine.jobs.submission.submit_job`` and cloned with
 set-based SQL; jobs, pipelines and task groups are then RUNNING. Each job's task groups run on
 one of 10 registered members, so losing a member affects about a tenth of the jobs (a fresh
 member takes the lost member's task groups before the next removal); the worst case then loses
@@ -40,17 +41,6 @@ REMOVALS = 9
 COMMITS = 20  # per removal
 EPOCH = 7
 GOAL = 30.0
-CONFIG = """
-env { job.mode = STREAMING, parallelism = 1, job.dirty-task.threshold = 3 }
-source {
-  FakeSource { plugin_output = a, rows.per-second = 10 }
-  FakeSource { plugin_output = b, rows.per-second = 10 }
-}
-sink {
-  Blackhole { plugin_input = a }
-  Blackhole { plugin_input = b }
-}
-"""
 
 
 class BenchError(AssertionError):
@@ -107,8 +97,9 @@ def create_running_jobs(count: int, members: list[int]) -> None:
     on member ``members[job id % len(members)]``."""
     from engine.jobs.submission import submit_job
     from engine.models import DirtyJobState, Job, Pipeline, TaskGroup
+    from tests.enginekit import TWO_PIPELINES
 
-    template = submit_job(CONFIG).id
+    template = submit_job(TWO_PIPELINES.format(threshold=3, retries=3)).id
     job_cols = columns(Job)
     sql(
         f"INSERT INTO engine_job ({quoted(job_cols, '')}) SELECT {quoted(job_cols, 'j.')}"

@@ -72,12 +72,8 @@ def job_status(
 def pipeline_status(
     job_id: int, pipeline_index: int, previous: str, to: str, *, epoch: int | None = None
 ) -> EngineEvent:
-    return EngineEvent(
-        kind="pipeline.status",
-        job_id=job_id,
-        epoch=epoch,
-        payload={"pipelineId": pipeline_index, "from": previous, "to": to},
-    )
+    payload = {"pipelineId": pipeline_index, "from": previous, "to": to}
+    return EngineEvent(kind="pipeline.status", job_id=job_id, epoch=epoch, payload=payload)
 
 
 def taskgroup_status(
@@ -105,11 +101,8 @@ def taskgroup_status(
 def pipeline_restore_requested(
     job_id: int, pipeline_index: int, restore: int, in_seconds: float
 ) -> EngineEvent:
-    return EngineEvent(
-        kind="pipeline.restore-requested",
-        job_id=job_id,
-        payload={"pipelineId": pipeline_index, "restore": restore, "inSeconds": in_seconds},
-    )
+    payload = {"pipelineId": pipeline_index, "restore": restore, "inSeconds": in_seconds}
+    return EngineEvent(kind="pipeline.restore-requested", job_id=job_id, payload=payload)
 
 
 def pipeline_restore(
@@ -139,12 +132,8 @@ def pipeline_restore(
 def checkpoint_triggered(
     job_id: int, epoch: int, checkpoint_id: int, pipeline_index: int
 ) -> EngineEvent:
-    return EngineEvent(
-        kind="checkpoint.triggered",
-        job_id=job_id,
-        epoch=epoch,
-        payload={"checkpointId": checkpoint_id, "pipelineId": pipeline_index},
-    )
+    payload = {"checkpointId": checkpoint_id, "pipelineId": pipeline_index}
+    return EngineEvent(kind="checkpoint.triggered", job_id=job_id, epoch=epoch, payload=payload)
 
 
 def checkpoint_ended(

@@ -80,7 +80,7 @@ def slots() -> list[dict]:
     }
     out = []
     for slot in (
-        Slot.objects.of_alive_members()
+        Slot.objects.filter(member__in=Member.objects.alive())
         .select_related("member")
         .order_by("member__name", "sequence")
     ):

@@ -26,20 +26,13 @@ MEMBER_TRANSITIONS = {
 }
 
 
-class SlotMode(models.TextChoices):
-    FIXED = "FIXED"
-    DYNAMIC = "DYNAMIC"
+SlotMode = models.TextChoices("SlotMode", "FIXED DYNAMIC")
 
 
-class SlotState(models.TextChoices):
-    FREE = "FREE"
-    ASSIGNED = "ASSIGNED"
+SlotState = models.TextChoices("SlotState", "FREE ASSIGNED")
 
 
-class CandidateState(models.TextChoices):
-    ACTIVE = "ACTIVE"
-    STANDBY = "STANDBY"
-    STOPPED = "STOPPED"
+CandidateState = models.TextChoices("CandidateState", "ACTIVE STANDBY STOPPED")
 
 
 def check_transition(table: dict, current: str, target: str) -> None:
@@ -66,17 +59,9 @@ def transition_path(table: dict, current: str, target: str) -> list[str]:
     raise InvalidTransition(f"no valid path {current} -> {target}")
 
 
-class JobStatus(models.TextChoices):
-    CREATED = "CREATED"
-    PENDING = "PENDING"
-    SCHEDULED = "SCHEDULED"
-    RUNNING = "RUNNING"
-    FAILING = "FAILING"
-    FAILED = "FAILED"
-    CANCELING = "CANCELING"
-    CANCELED = "CANCELED"
-    FINISHED = "FINISHED"
-
+JobStatus = models.TextChoices(
+    "JobStatus", "CREATED PENDING SCHEDULED RUNNING FAILING FAILED CANCELING CANCELED FINISHED"
+)
 
 JOB_TERMINAL = frozenset({JobStatus.FAILED, JobStatus.CANCELED, JobStatus.FINISHED})
 JOB_TRANSITIONS = {
@@ -94,18 +79,10 @@ JOB_TRANSITIONS = {
 }
 
 
-class ExecutionStatus(models.TextChoices):
-    """Pipeline and task-group states (Zeta's names)."""
-
-    CREATED = "CREATED"
-    DEPLOYING = "DEPLOYING"
-    RUNNING = "RUNNING"
-    FAILING = "FAILING"
-    FAILED = "FAILED"
-    CANCELING = "CANCELING"
-    CANCELED = "CANCELED"
-    FINISHED = "FINISHED"
-
+#: Pipeline and task-group states (Zeta's names).
+ExecutionStatus = models.TextChoices(
+    "ExecutionStatus", "CREATED DEPLOYING RUNNING FAILING FAILED CANCELING CANCELED FINISHED"
+)
 
 EXECUTION_TERMINAL = frozenset(
     {ExecutionStatus.FAILED, ExecutionStatus.CANCELED, ExecutionStatus.FINISHED}
@@ -145,29 +122,19 @@ EXECUTION_TRANSITIONS = {
 EXECUTION_DEPLOYED = frozenset(ExecutionStatus) - EXECUTION_TERMINAL - {ExecutionStatus.CREATED}
 
 
-class TaskGroupKind(models.TextChoices):
-    ENUMERATOR = "ENUMERATOR"
-    READER = "READER"
+TaskGroupKind = models.TextChoices("TaskGroupKind", "ENUMERATOR READER")
 
 
-class JobMode(models.TextChoices):
-    BATCH = "BATCH"
-    STREAMING = "STREAMING"
+JobMode = models.TextChoices("JobMode", "BATCH STREAMING")
 
 
-class ControlStepState(models.TextChoices):
-    PENDING = "PENDING"
-    DONE = "DONE"
+ControlStepState = models.TextChoices("ControlStepState", "PENDING DONE")
 
 
-class ControlStepKind(models.TextChoices):
-    RESTORE_PIPELINE = "restore-pipeline"
+ControlStepKind = models.TextChoices("ControlStepKind", [("RESTORE_PIPELINE", "restore-pipeline")])
 
 
-class CheckpointState(models.TextChoices):
-    PENDING = "PENDING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
+CheckpointState = models.TextChoices("CheckpointState", "PENDING COMPLETED FAILED")
 
 
 class EpisodeStatus(models.TextChoices):

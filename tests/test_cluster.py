@@ -1,4 +1,4 @@
-"""Acceptance of the foundation issue on a real cluster: OS processes, PostgreSQL, Redis, Celery."""
+"""The cluster foundation on a real cluster: OS processes, PostgreSQL, Redis, Celery."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.cluster
 
 
 def test_cluster_up_gives_a_healthy_cluster(healthy):
-    """Acceptance 1: one active master, 2 ALIVE members with their slots, every process up."""
+    """One active master, 2 ALIVE members with their slots, every process up."""
     status = healthy.status()
     assert {p["name"] for p in status} == {"web", "master-1", "master-2", "worker-1", "worker-2"}
     assert all(p["alive"] and p["pid"] for p in status)
@@ -43,7 +43,7 @@ def test_cluster_up_gives_a_healthy_cluster(healthy):
 
 
 def test_kill_active_master_elects_a_new_one_within_one_second(healthy):
-    """Acceptance 2: kill -9 of the active master: a new active master, higher epoch, < 1 s."""
+    """Kill -9 of the active master: a new active master, higher epoch, < 1 s."""
     epoch, holder = healthy.active_master()
     pid = healthy.signal(holder, signal.SIGKILL)
     killed_at = time.monotonic()
@@ -65,7 +65,7 @@ def test_kill_active_master_elects_a_new_one_within_one_second(healthy):
 
 
 def test_frozen_master_is_replaced_and_fenced_when_it_resumes(healthy):
-    """Acceptance 3: SIGSTOP past the lease: a standby takes over; after SIGCONT the old
+    """SIGSTOP past the lease: a standby takes over; after SIGCONT the old
     master's write is rejected by the epoch check and it steps down."""
     epoch, holder = healthy.active_master()
     rejections_before = healthy.one(
@@ -109,7 +109,7 @@ def test_frozen_master_is_replaced_and_fenced_when_it_resumes(healthy):
 
 
 def test_kill_worker_is_removed_within_one_second_and_restarts_as_new_member(healthy):
-    """Acceptance 4: kill -9 of a worker: REMOVED within 1 s, member-event sequence +1 exactly;
+    """Kill -9 of a worker: REMOVED within 1 s, member-event sequence +1 exactly;
     ``./run cluster start worker-1`` registers a new UUID."""
     old_uuid = healthy.one(
         "SELECT uuid FROM engine_member WHERE name = 'worker-1' AND state = 'ALIVE'"
@@ -145,7 +145,7 @@ def test_kill_worker_is_removed_within_one_second_and_restarts_as_new_member(hea
 
 
 def test_member_event_sequence_rises_once_with_masters_racing(healthy):
-    """Acceptance 4: a dead member seen at once by the active master and by racing processes
+    """A dead member seen at once by the active master and by racing processes
     that attempt the same removal (two with the current epoch, as duplicate deliveries; two
     with a stale epoch, as a deposed master) is removed once; the sequence rises by one."""
     sequence = healthy.member_event_sequence()
@@ -223,7 +223,7 @@ def test_member_event_sequence_rises_once_with_masters_racing(healthy):
 
 
 def test_frozen_worker_never_comes_back_under_its_old_uuid(healthy):
-    """Acceptance 5: SIGSTOP of a worker past the heartbeat timeout, then SIGCONT: it is
+    """SIGSTOP of a worker past the heartbeat timeout, then SIGCONT: it is
     REMOVED, learns it is gone and exits; its UUID is never ALIVE again."""
     old_uuid = healthy.one(
         "SELECT uuid FROM engine_member WHERE name = 'worker-2' AND state = 'ALIVE'"
@@ -314,7 +314,7 @@ def test_member_queue_reaches_that_members_celery_worker(healthy):
 
 
 def test_api_requires_authentication_on_a_live_cluster(healthy):
-    """Acceptance 7 (live): every /api/v1/ endpoint answers 401 without credentials."""
+    """Every /api/v1/ endpoint answers 401 without credentials."""
     for path in ("/api/v1/overview", "/api/v1/members", "/api/v1/events", "/api/v1/schema"):
         code, _ = healthy.api(path, anonymous=True)
         assert code == 401, path

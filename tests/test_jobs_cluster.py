@@ -1,4 +1,4 @@
-"""Acceptance of the jobs issue on a real cluster: jobs move real data between real systems."""
+"""Jobs on a real cluster: they move real data between real systems."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def free_slots(c: Cluster) -> int:
 
 
 def test_batch_fake_source_to_local_csv_via_the_cli(jc, tmp_path):
-    """Acceptance 1: FINISHED with exactly the expected rows, none twice (./run submit --wait)."""
+    """FINISHED with exactly the expected rows, none twice (./run submit --wait)."""
     out = tmp_path / "out"
     config = tmp_path / "job.conf"
     config.write_text(
@@ -128,7 +128,7 @@ def data_db():
 
 
 def test_jdbc_to_jdbc_through_a_transform_100k_rows(jc, data_db):
-    """Acceptance 2: Jdbc -> FieldMapper -> Jdbc between two tables of 100,000 rows."""
+    """Jdbc -> FieldMapper -> Jdbc between two tables of 100,000 rows."""
     with psycopg.connect(data_db, autocommit=True) as conn:
         conn.execute("CREATE TABLE src (id bigint PRIMARY KEY, name text, value double precision)")
         conn.execute(
@@ -185,7 +185,7 @@ sink {
 
 
 def test_two_independent_chains_are_two_running_pipelines(jc):
-    """Acceptance 3: one job, two pipelines, both running; cancel frees every slot."""
+    """One job, two pipelines, both running; cancel frees every slot."""
     job_id = submit(jc, STREAMING_TWO_CHAINS)
     detail = wait_status(jc, job_id, {"RUNNING"}, timeout=30)
     assert [p["status"] for p in detail["pipelines"]] == ["RUNNING", "RUNNING"]
@@ -212,7 +212,7 @@ def streaming(parallelism: int) -> str:
 
 
 def test_job_waits_pending_for_slots_and_runs_when_another_is_cancelled(jc):
-    """Acceptance 4: a job needing more slots than are free stays PENDING (FIFO) and runs once
+    """A job needing more slots than are free stays PENDING (FIFO) and runs once
     another job is cancelled; cancel frees every slot."""
     big = submit(jc, streaming(5))  # 6 slots of 8; readers without splits idle in their slots
     wait_status(jc, big, {"RUNNING"}, timeout=30)
@@ -238,7 +238,7 @@ def test_job_waits_pending_for_slots_and_runs_when_another_is_cancelled(jc):
 
 
 def test_failing_transform_fails_the_job_with_the_plugin_and_cause(jc):
-    """Acceptance 5: FAILED, errorMsg names the plugin and the cause."""
+    """FAILED, errorMsg names the plugin and the cause."""
     job_id = submit(
         jc,
         """

@@ -56,7 +56,7 @@ def kill_reader_until_restore_requested(c: Cluster, job_id: int) -> str:
 
 
 def test_batch_job_survives_a_killed_worker_with_the_exact_row_set(rc, tmp_path):
-    """Issue 4, acceptance 5: batch FakeSource -> LocalFile, a worker killed mid-run:
+    """Batch FakeSource -> LocalFile, a worker killed mid-run:
     FINISHED, exactly the expected rows, none twice (the pipeline restarts from the start)."""
     rc.restore()
     out = tmp_path / "out"
@@ -144,7 +144,7 @@ def test_cancel_during_a_pending_restore_cancels_the_job(rc):
 
 
 def test_recovery_completes_under_a_new_master_without_running_a_task_group_twice(rc):
-    """Issue 4, acceptance 4: kill -9 the active master while a recovery is under way: the new
+    """Kill -9 the active master while a recovery is under way: the new
     master finishes it, and no task group ever ran two attempts at once (attempt fencing)."""
     rc.restore()
     job_id = submit(
@@ -239,7 +239,7 @@ def stop_and_check(c: Cluster, job_id: int, data_db: str) -> int:
 
 
 def test_streaming_to_jdbc_survives_a_killed_reader_exactly_once(rc, data_db):
-    """Issue 4, acceptance 1: kill -9 the worker holding a reader: RUNNING again on other slots
+    """Kill -9 the worker holding a reader: RUNNING again on other slots
     within 3 s; after cancel the table holds every key of the committed range exactly once."""
     rc.restore()
     job_id, _ = start_exactly_once_job(rc, data_db, retries=3)
@@ -269,7 +269,7 @@ def test_streaming_to_jdbc_survives_a_killed_reader_exactly_once(rc, data_db):
 
 
 def test_five_kills_in_a_row_lose_and_duplicate_nothing(rc, data_db):
-    """Issue 4, acceptance 2: five kills (the killed worker restarted in between),
+    """Five kills (the killed worker restarted in between),
     job.retry.times = 10: zero lost, zero duplicated rows."""
     rc.restore()
     job_id, _ = start_exactly_once_job(rc, data_db, retries=10)

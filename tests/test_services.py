@@ -1,4 +1,4 @@
-"""Acceptance 6: with PostgreSQL or Redis unreachable every command prints one clear line
+"""With PostgreSQL or Redis unreachable every command prints one clear line
 naming the URL and how to start the service, exits non-zero, and shows no traceback."""
 
 from __future__ import annotations

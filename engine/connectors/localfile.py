@@ -18,6 +18,9 @@ from engine.connectors.registry import register
 from engine.connectors.schema import Schema, parse_schema
 
 FORMATS = ("csv", "json")
+#: The options of the source and the sink alike.
+FILE_FORMAT = Option("file_format_type", str, default="csv", choices=FORMATS)
+FIELD_DELIMITER = Option("field_delimiter", str, default=",")
 TMP_DIR = ".keel-tmp"
 
 
@@ -35,14 +38,19 @@ def _convert(kind: str, value):
     return str(value)
 
 
-@register
-class LocalFileSource(SourcePlugin):
+class LocalFile:
+    """The name of the LocalFile source and sink."""
+
     name = "LocalFile"
+
+
+@register
+class LocalFileSource(LocalFile, SourcePlugin):
     options = (
         Option("path", str, required=True, help="a file, or a directory of files"),
-        Option("file_format_type", str, default="csv", choices=FORMATS),
+        FILE_FORMAT,
         Option("schema", dict, required=True, help="schema { fields { name = type } }"),
-        Option("field_delimiter", str, default=","),
+        FIELD_DELIMITER,
         Option("skip_header_rows", int, default=0, min=0),
     )
 
@@ -233,12 +241,11 @@ class CheckpointedLocalFileWriter(LocalFileWriter):
 
 
 @register
-class LocalFileSink(SinkPlugin):
-    name = "LocalFile"
+class LocalFileSink(LocalFile, SinkPlugin):
     options = (
         Option("path", str, required=True, help="the directory that receives the parts"),
-        Option("file_format_type", str, default="csv", choices=FORMATS),
-        Option("field_delimiter", str, default=","),
+        FILE_FORMAT,
+        FIELD_DELIMITER,
         Option("header", bool, default=False, help="write a header row (csv)"),
     )
 

@@ -1,11 +1,39 @@
 """Dirty-job (recovery-degraded) tracking (docs/decisions/0007-dirty-jobs.md).
 
-The engine calls the tracker at four points, each inside the transaction of the state change it
-follows: a member loss (``member_loss``), a restore prepared, deployed or made obsolete
-(``attempts``), a roll-up of a running job (``episodes``) and the job's end, when it gives its
-part of the finished-job record (``history``). The active master
-reconciles what a previous master or a contained failure left behind (``reconcile``); the API and
-the dashboard read through ``reading``. ``tracking`` holds what they share.
+A job that enables ``job.dirty-task.threshold`` (> 0) is labelled DIRTY once the number of
+job-level deployment attempts caused by member loss reaches the threshold. The label is extra
+metadata: the job's status and its retries never change because of it.
+
+Vocabulary (of the specification, Zeta's design text):
+- member-loss incident: one member (by UUID) left and affected one job; idempotent by
+  ``(job, lostMemberUuid)``. Registered in the very transaction that ends the membership,
+  before the master fails the member's task groups;
+- recovery episode: one continuous recovery; it completes when every pipeline of the job runs
+  again with every prepared attempt confirmed, aborts when the job ends first or it goes stale;
+- deployment attempt ``<episodeId>-<pipelineId>-<prepareSequence>``: allocated when a restore
+  is prepared (engine.jobs.recovery.request_restore), confirmed when the pipeline reaches
+  DEPLOYING on its new slots (engine.jobs.recovery.restore_pipeline). prepareSequence counts
+  per pipeline within the episode;
+- generation: the highest confirmed prepareSequence of the episode. ``recoveryAttemptCount``
+  rises only when the generation advances: one loss hitting three pipelines counts 1.
+
+Exactness: every change to a job's state takes its row lock, inside the transaction of the state
+change it follows (so they commit or vanish together), and appends its EngineEvent there. The
+global member-event sequence is bumped before the jobs are scanned. After the event is handled,
+every job's watermark advances in one statement: the jobs share one watermark,
+``ClusterState.dirty_handled_sequence`` (moved only from ``sequence - 1`` to ``sequence``), and a
+job that could not handle an event gets a DirtyTrackingGap row, which freezes its own watermark
+just before that event for ever. So a member event costs O(affected jobs), not O(jobs), and a
+lagging or missing watermark reads UNKNOWN, never CLEAN. Tracker failures are caught in
+savepoints, logged and recorded as ``dirty.tracker-failed`` events: they never block the member
+removal, the restore or the job's end.
+
+Where: the engine calls the tracker inside the transaction of the state change it follows: a
+member loss (``member_loss``), a restore prepared, deployed or made obsolete (``attempts``), a
+roll-up of a running job (``episodes``), and the job's end, when it gives its part of the
+finished-job record (``history``). The active master reconciles what a previous master or a
+contained failure left behind (``reconcile``); the API and the dashboard read through
+``reading``; ``events`` builds the ``dirty.*`` events and ``tracking`` holds what they share.
 """
 
 from engine.dirty.attempts import on_restore_deploying, on_restore_obsolete, on_restore_prepared

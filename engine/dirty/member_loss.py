@@ -62,8 +62,8 @@ WITH locked AS (
            %(sequence)s::bigint, now()
       FROM bound
 ), continued AS (
-    -- An UNCLASSIFIED incident makes its whole episode count (seed: only an episode of
-    -- PLANNED_VERIFIED incidents alone may be excluded).
+    -- An UNCLASSIFIED incident makes its whole episode count (only an episode made of
+    -- PLANNED_VERIFIED incidents alone may be left uncounted).
     UPDATE engine_recoveryepisode e
        SET last_activity_at = now(),
            classification = CASE WHEN %(classification)s::text = %(unclassified)s::text

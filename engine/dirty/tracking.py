@@ -1,32 +1,6 @@
-"""Dirty-job (recovery-degraded) tracking: seed 000, phase 1 (docs/decisions/0007-dirty-jobs.md).
-
-A job that enables ``job.dirty-task.threshold`` (> 0) is labelled DIRTY once the number of
-job-level deployment attempts caused by member loss reaches the threshold. The label is extra
-metadata: the job's status and its retries never change because of it.
-
-Vocabulary (the seed's):
-- member-loss incident: one member (by UUID) left and affected one job; idempotent by
-  ``(job, lostMemberUuid)``. Registered in the very transaction that ends the membership,
-  before the master fails the member's task groups;
-- recovery episode: one continuous recovery; it completes when every pipeline of the job runs
-  again with every prepared attempt confirmed, aborts when the job ends first or it goes stale;
-- deployment attempt ``<episodeId>-<pipelineId>-<prepareSequence>``: allocated when a restore is
-  prepared (engine.lifecycle requests it), confirmed when the pipeline reaches DEPLOYING on its
-  new slots (engine.recovery). prepareSequence counts per pipeline within the episode;
-- generation: the highest confirmed prepareSequence of the episode. ``recoveryAttemptCount``
-  rises only when the generation advances: one loss hitting three pipelines counts 1.
-
-Exactness: every change to a job's state takes its row lock, inside the transaction of the state
-change it follows (so they commit or vanish together), and appends its EngineEvent there. The
-global member-event sequence is bumped before the jobs are scanned. After the event is handled,
-every job's watermark advances in one statement: the jobs share one watermark,
-``ClusterState.dirty_handled_sequence`` (moved only from ``sequence - 1`` to ``sequence``), and a
-job that could not handle an event gets a DirtyTrackingGap row, which freezes its own watermark
-just before that event for ever. So a member event costs O(affected jobs), not O(jobs), and a
-lagging or missing watermark reads UNKNOWN, never CLEAN. Tracker failures are caught in
-savepoints, logged and recorded as ``dirty.tracker-failed`` events: they never block the member
-removal, the restore or the job's end.
-"""
+"""What the tracker's modules share: options, the leave classification, the job state row's
+lock, and how a failure is contained (a gap that keeps the job from reading CLEAN, and a
+``dirty.tracker-failed`` event)."""
 
 from __future__ import annotations
 

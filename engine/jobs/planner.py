@@ -177,47 +177,27 @@ def _wire(nodes: dict[str, list], plugins: dict, errors: list[dict]) -> list[Pip
         outputs: dict[str, str] = {}
         for n in sources + transforms:
             out = n.config.get("plugin_output")
+            problem = None
             if not out:
-                errors.append(
-                    {
-                        "path": f"{n.path}.plugin_output",
-                        "message": "is required when plugins are wired by name",
-                    }
-                )
-                continue
-            if out in outputs:
-                errors.append(
-                    {
-                        "path": f"{n.path}.plugin_output",
-                        "message": f"{out!r} is already produced by {outputs[out]}",
-                    }
-                )
-                continue
-            outputs[out] = n.key
+                problem = "is required when plugins are wired by name"
+            elif out in outputs:
+                problem = f"{out!r} is already produced by {outputs[out]}"
+            if problem:
+                errors.append({"path": f"{n.path}.plugin_output", "message": problem})
+            else:
+                outputs[out] = n.key
         paths = {n.key: n.path for n in sources + transforms}
         for n in transforms + sinks:
             name = n.config.get("plugin_input")
+            problem = None
             if not name:
-                errors.append(
-                    {
-                        "path": f"{n.path}.plugin_input",
-                        "message": "is required when plugins are wired by name",
-                    }
-                )
+                problem = "is required when plugins are wired by name"
             elif name not in outputs:
-                errors.append(
-                    {
-                        "path": f"{n.path}.plugin_input",
-                        "message": f"no source or transform produces {name!r}",
-                    }
-                )
+                problem = f"no source or transform produces {name!r}"
             elif outputs[name] == n.key:
-                errors.append(
-                    {
-                        "path": f"{n.path}.plugin_input",
-                        "message": "a transform cannot consume its own output",
-                    }
-                )
+                problem = "a transform cannot consume its own output"
+            if problem:
+                errors.append({"path": f"{n.path}.plugin_input", "message": problem})
             else:
                 n.input = outputs[name]
         if errors:

@@ -63,7 +63,7 @@ def create_job(plan: JobPlan, config_text: str) -> Job:
 
 
 def _check_dirty_tracking_supported() -> None:
-    """Seed 000 rollout rule: a job may enable dirty tracking only once no alive member or master
+    """The rolling-upgrade rule: a job may enable dirty tracking only once no alive member or master
     runs an older protocol (an old member could not take part in the tracking)."""
     older = dirty.older_members()
     if older:

@@ -11,7 +11,9 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import psycopg
 from django.db import DatabaseError, InterfaceError, close_old_connections, connections
@@ -57,6 +59,25 @@ class Timer:
         self.next_at = 0.0
 
 
+class ActiveStep:
+    """A step of the active master, run at most once per ``interval``: ``run(epoch)`` says
+    whether it did work. ``after_reconcile``: only once this epoch's reconciliation is done.
+    ``again_at_once``: when it did work, run it again on the next pass (more may be waiting)."""
+
+    def __init__(
+        self,
+        interval: float,
+        run: Callable[[int], bool],
+        *,
+        after_reconcile: bool = False,
+        again_at_once: bool = False,
+    ) -> None:
+        self.timer = Timer(interval)
+        self.run = run
+        self.after_reconcile = after_reconcile
+        self.again_at_once = again_at_once
+
+
 class Master:
     def __init__(self, options: MasterOptions) -> None:
         self.options = options
@@ -64,27 +85,28 @@ class Master:
         self.stopping = threading.Event()
         self.campaign_timer = Timer(options.campaign_interval)
         self.renew_timer = Timer(options.renew_interval)
-        self.sweep_timer = Timer(SWEEP_INTERVAL)
         self.candidate_timer = Timer(options.candidate_interval)
-        self.schedule_timer = Timer(0.1)
-        self.redeliver_timer = Timer(1.0)
-        self.cancel_timer = Timer(0.2)
-        self.lost_timer = Timer(0.2)
-        self.control_timer = Timer(0.2)
-        self.checkpoint_timer = Timer(0.1)
-        self.dirty_timer = Timer(2.0)
         self.cancels = orchestration.CancelSender()
-        #: The epoch whose dirty-job reconciliation is done (seed 000: before any restore).
+        #: The epoch whose reconciliation is done: nothing is restored or scheduled before.
         self.reconciled_epoch: int | None = None
-
-    # -- steps -------------------------------------------------------------------------------
+        self.sweep = ActiveStep(SWEEP_INTERVAL, self.sweep_members)
+        #: The active master's steps after the reconciliation, in the order of a pass.
+        self.active_steps = (
+            ActiveStep(0.2, orchestration.fail_lost_task_groups),
+            ActiveStep(0.2, control.enqueue_due_steps, after_reconcile=True),
+            ActiveStep(0.1, orchestration.coordinate_checkpoints),
+            ActiveStep(0.2, self.cancels.step),
+            ActiveStep(0.1, orchestration.schedule, after_reconcile=True, again_at_once=True),
+            ActiveStep(1.0, orchestration.redeliver),
+            ActiveStep(2.0, self.housekeeping, after_reconcile=True),
+        )
 
     def step_campaign(self) -> bool:
         if self.leadership.active or not self.campaign_timer.due():
             return False
         if self.leadership.campaign():
             self.renew_timer.reset()
-            self.sweep_timer.reset()
+            self.sweep.timer.reset()
             record_candidate(self.options.name, self.leadership)
             return True
         return False
@@ -95,17 +117,9 @@ class Master:
         self.leadership.renew()
         return False
 
-    def step_sweep_members(self) -> bool:
-        if not self.leadership.active or not self.sweep_timer.due():
-            return False
-        return sweep_members(self.leadership.epoch, self.options.heartbeat_timeout) > 0
-
-    def _active_and(self, timer: Timer) -> bool:
-        return self.leadership.active and timer.due()
-
     def step_reconcile(self) -> bool:
-        """Once per epoch, before restores are enqueued or jobs scheduled: reconcile the
-        dirty-job attempts a previous master left PREPARED with their pipelines' states."""
+        """Once per epoch, before restores are enqueued or jobs scheduled: settle what a
+        previous master left (engine.master.orchestration.reconcile)."""
         epoch = self.leadership.epoch
         if not self.leadership.active or self.reconciled_epoch == epoch:
             return False
@@ -115,71 +129,41 @@ class Master:
             log.info("dirty-job reconciliation under epoch %s changed %s attempts", epoch, changed)
         return True
 
-    def _reconciled(self) -> bool:
-        return self.reconciled_epoch == self.leadership.epoch
-
-    def step_dirty_housekeeping(self) -> bool:
-        """Reconcile again (repairs what a contained tracker failure left), expire stale
-        episodes."""
-        if not self._active_and(self.dirty_timer) or not self._reconciled():
-            return False
-        changed = orchestration.reconcile(self.leadership.epoch)
-        return dirty.expire_stale_episodes(self.leadership.epoch) or changed > 0
-
-    def step_fail_lost(self) -> bool:
-        if not self._active_and(self.lost_timer):
-            return False
-        return orchestration.fail_lost_task_groups(self.leadership.epoch)
-
-    def step_control(self) -> bool:
-        if not self._reconciled() or not self._active_and(self.control_timer):
-            return False
-        return control.enqueue_due_steps(self.leadership.epoch)
-
-    def step_checkpoints(self) -> bool:
-        if not self._active_and(self.checkpoint_timer):
-            return False
-        return orchestration.coordinate_checkpoints(self.leadership.epoch)
-
-    def step_schedule(self) -> bool:
-        if not self._reconciled() or not self._active_and(self.schedule_timer):
-            return False
-        scheduled = orchestration.schedule(self.leadership.epoch)
-        if scheduled:
-            self.schedule_timer.reset()  # maybe more fit: look again at once
-        return scheduled
-
-    def step_redeliver(self) -> bool:
-        if not self._active_and(self.redeliver_timer):
-            return False
-        return orchestration.redeliver(self.leadership.epoch)
-
-    def step_cancel(self) -> bool:
-        if not self._active_and(self.cancel_timer):
-            return False
-        return self.cancels.step(self.leadership.epoch)
-
     def step_candidate(self) -> bool:
         if self.candidate_timer.due():
             record_candidate(self.options.name, self.leadership)
         return False
 
-    # -- the loop ----------------------------------------------------------------------------
+    def run_active(self, step: ActiveStep) -> bool:
+        if not self.leadership.active:
+            return False
+        if step.after_reconcile and self.reconciled_epoch != self.leadership.epoch:
+            return False
+        if not step.timer.due():
+            return False
+        did = step.run(self.leadership.epoch)
+        if did and step.again_at_once:
+            step.timer.reset()
+        return did
+
+    def sweep_members(self, epoch: int) -> bool:
+        return sweep_members(epoch, self.options.heartbeat_timeout) > 0
+
+    def housekeeping(self, epoch: int) -> bool:
+        """Reconcile again (repairs what a contained failure left) and expire stale recovery
+        episodes."""
+        changed = orchestration.reconcile(epoch)
+        return dirty.expire_stale_episodes(epoch) or changed > 0
 
     def run_once(self) -> bool:
+        """One pass of every step; True if any did work (the loop then goes on at once)."""
         did = False
         for step in (
             self.step_campaign,
             self.step_renew,
-            self.step_sweep_members,
+            lambda: self.run_active(self.sweep),
             self.step_reconcile,
-            self.step_fail_lost,
-            self.step_control,
-            self.step_checkpoints,
-            self.step_cancel,
-            self.step_schedule,
-            self.step_redeliver,
-            self.step_dirty_housekeeping,
+            *(partial(self.run_active, step) for step in self.active_steps),
             self.step_candidate,
         ):
             did = step() or did

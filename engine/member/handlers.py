@@ -58,22 +58,18 @@ def cancel_task_group(task_group_id: int, attempt: int, member_uuid: str) -> dic
     return {"ok": True, "result": here.cancel(task_group_id, attempt)}
 
 
-@shared_task(name=TASK_BARRIER, acks_late=False)
-def checkpoint_barrier(
-    task_group_id: int, attempt: int, member_uuid: str, checkpoint_id: int
-) -> dict:
-    """Hand barrier N to the task group's mailbox; it is handled between two batches."""
-    here = runtime.addressed(member_uuid)
-    if here is None:
-        return NOT_ADDRESSED
-    return {"ok": here.offer(task_group_id, attempt, Barrier(checkpoint_id))}
+def _mailbox_command(message: type[Barrier] | type[Commit]):
+    """A checkpoint command: offer ``message(checkpoint_id)`` to the task group's mailbox, where
+    it is handled between two batches (a barrier cuts the data there, a commit follows it)."""
+
+    def offer(task_group_id: int, attempt: int, member_uuid: str, checkpoint_id: int) -> dict:
+        here = runtime.addressed(member_uuid)
+        if here is None:
+            return NOT_ADDRESSED
+        return {"ok": here.offer(task_group_id, attempt, message(checkpoint_id))}
+
+    return offer
 
 
-@shared_task(name=TASK_COMMIT, acks_late=False)
-def checkpoint_commit(
-    task_group_id: int, attempt: int, member_uuid: str, checkpoint_id: int
-) -> dict:
-    here = runtime.addressed(member_uuid)
-    if here is None:
-        return NOT_ADDRESSED
-    return {"ok": here.offer(task_group_id, attempt, Commit(checkpoint_id))}
+checkpoint_barrier = shared_task(name=TASK_BARRIER, acks_late=False)(_mailbox_command(Barrier))
+checkpoint_commit = shared_task(name=TASK_COMMIT, acks_late=False)(_mailbox_command(Commit))

@@ -109,20 +109,12 @@ class Member(models.Model):
         return f"{self.name} {self.uuid} ({self.state})"
 
 
-class SlotQuerySet(models.QuerySet):
-    def of_alive_members(self) -> SlotQuerySet:
-        """The slots the cluster can use: those of ALIVE members."""
-        return self.filter(member__state=MemberState.ALIVE)
-
-
 class Slot(models.Model):
     """A member slot: fixed members own ``slot_count`` rows; dynamic ones get rows on demand."""
 
     member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="slots")
     sequence = models.IntegerField()
     state = models.CharField(max_length=16, choices=SlotState.choices, default=SlotState.FREE)
-
-    objects = SlotQuerySet.as_manager()
 
     class Meta:
         ordering = ["member_id", "sequence"]

@@ -5,14 +5,13 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from engine.api.serializers.records import integers, record
 from engine.models import Member
 from engine.states import MemberState
 
-
-class SlotCountsSerializer(serializers.Serializer):
-    total = serializers.IntegerField()
-    assigned = serializers.IntegerField()
-    free = serializers.IntegerField()
+SlotCountsSerializer = record(
+    __name__, "SlotCountsSerializer", "A member's slots.", integers("total", "assigned", "free")
+)
 
 
 class MemberSerializer(serializers.ModelSerializer):
@@ -56,31 +55,38 @@ class ActiveMasterSerializer(serializers.Serializer):
     leaseExpiresAt = serializers.DateTimeField()
 
 
-class MemberCountsSerializer(serializers.Serializer):
-    alive = serializers.IntegerField()
-    removed = serializers.IntegerField()
-    left = serializers.IntegerField()
+MemberCountsSerializer = record(
+    __name__, "MemberCountsSerializer", "Members by state.", integers("alive", "removed", "left")
+)
 
+OverviewSerializer = record(
+    __name__,
+    "OverviewSerializer",
+    "The cluster at a glance.",
+    {
+        "activeMaster": ActiveMasterSerializer(allow_null=True),
+        "epoch": serializers.IntegerField(),
+        "members": MemberCountsSerializer(),
+        **integers(
+            "totalSlot",
+            "assignedSlot",
+            "unassignedSlot",
+            "memberEventSequence",
+            "runningJobs",
+            "pendingJobs",
+            "finishedJobs",
+            "failedJobs",
+            "canceledJobs",
+        ),
+    },
+)
 
-class OverviewSerializer(serializers.Serializer):
-    activeMaster = ActiveMasterSerializer(allow_null=True)
-    epoch = serializers.IntegerField()
-    members = MemberCountsSerializer()
-    totalSlot = serializers.IntegerField()
-    assignedSlot = serializers.IntegerField()
-    unassignedSlot = serializers.IntegerField()
-    memberEventSequence = serializers.IntegerField()
-    runningJobs = serializers.IntegerField()
-    pendingJobs = serializers.IntegerField()
-    finishedJobs = serializers.IntegerField()
-    failedJobs = serializers.IntegerField()
-    canceledJobs = serializers.IntegerField()
-
-
-class SlotOwnerSerializer(serializers.Serializer):
-    jobId = serializers.IntegerField()
-    pipelineId = serializers.IntegerField()
-    taskGroupId = serializers.IntegerField()
+SlotOwnerSerializer = record(
+    __name__,
+    "SlotOwnerSerializer",
+    "The task group that holds a slot.",
+    integers("jobId", "pipelineId", "taskGroupId"),
+)
 
 
 class MemberRefSerializer(serializers.Serializer):

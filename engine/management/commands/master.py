@@ -7,9 +7,8 @@ import os
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from engine.dbsession import configure_engine_sessions
+from engine.management.engine_process import start_engine_process
 from engine.master.loop import Master, MasterOptions
-from engine.services import require_services
 
 
 class Command(BaseCommand):
@@ -31,14 +30,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
-        require_services(postgres=True, redis=True)
-        configure_engine_sessions()
-        master = Master(
-            MasterOptions(
-                name=opts["name"],
-                heartbeat_timeout=opts["heartbeat_timeout"],
-                lease_timeout=opts["lease_timeout"],
-            )
-        )
+        master = Master(start_engine_process(MasterOptions, opts))
         master.install_signal_handlers()
         master.run()

@@ -7,10 +7,11 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from engine.dbsession import configure_engine_sessions
+from engine.management.engine_process import start_engine_process
 from engine.member.worker import Worker, WorkerOptions
-from engine.services import require_services
 from engine.states import SlotMode
+
+CONCURRENCY_HELP = "Celery pool threads (they only validate and hand over)"
 
 
 class Command(BaseCommand):
@@ -30,27 +31,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--heartbeat-interval", type=float, default=settings.ENGINE["heartbeat-interval"]
         )
-        parser.add_argument(
-            "--concurrency",
-            type=int,
-            default=4,
-            help="Celery pool threads (they only validate and hand over)",
-        )
+        parser.add_argument("--concurrency", type=int, default=4, help=CONCURRENCY_HELP)
 
     def handle(self, *args, **opts):
         if opts["slots"] < 0:
             raise CommandError("--slots must be 0 or more")
         if not opts["name"] or any(c.isspace() or c in "@/" for c in opts["name"]):
             raise CommandError("--name must be a non-empty name without spaces, '@' or '/'")
-        require_services(postgres=True, redis=True)
-        configure_engine_sessions()
-        worker = Worker(
-            WorkerOptions(
-                name=opts["name"],
-                slots=opts["slots"],
-                slot_mode=opts["slot_mode"],
-                heartbeat_interval=opts["heartbeat_interval"],
-                concurrency=opts["concurrency"],
-            )
-        )
+        worker = Worker(start_engine_process(WorkerOptions, opts))
         sys.exit(worker.run())
