@@ -28,3 +28,22 @@ def healthy(cluster):
 
     wait_for(cluster.active_master, 10, what="an active master")
     return cluster
+
+
+@pytest.fixture
+def engine():
+    """The engine's own steps on the test database (tests/enginekit.py), closed afterwards."""
+    from tests.enginekit import Engine
+
+    e = Engine()
+    yield e
+    e.close()
+
+
+@pytest.fixture
+def fault():
+    """Injected failures of the dirty-job tracking store (tests/dirtykit.py), removed afterwards."""
+    from tests.dirtykit import Fault
+
+    with Fault() as f:
+        yield f

@@ -37,13 +37,6 @@ SHAPES = {
 }
 
 
-@pytest.fixture
-def engine():
-    e = Engine()
-    yield e
-    e.close()
-
-
 def running(e: Engine) -> Job:
     e.add_member(slots=8)
     job = e.submit(config=BATCH)
