@@ -26,6 +26,7 @@ from rest_framework.authtoken.models import Token
 
 from engine.models import MasterCandidate, Member
 from engine.queries import overview
+from engine.states import SlotMode
 
 MANAGE = str(Path(settings.BASE_DIR) / "manage.py")
 
@@ -46,7 +47,7 @@ class ClusterSpec:
     masters: int = 2
     workers: int = 2
     slots: int = 8
-    slot_mode: str = "FIXED"
+    slot_mode: str = SlotMode.FIXED
     heartbeat_timeout: float = 5.0
     port: int = 8000
     processes: list[ProcessSpec] = field(default_factory=list)
@@ -81,7 +82,7 @@ class ClusterSpec:
                     "master",
                 )
             )
-        mode_flag = "--fixed-slots" if slot_mode == "FIXED" else "--dynamic-slots"
+        mode_flag = "--fixed-slots" if slot_mode == SlotMode.FIXED else "--dynamic-slots"
         for i in range(1, workers + 1):
             spec.processes.append(
                 ProcessSpec(

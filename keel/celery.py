@@ -1,8 +1,9 @@
 """The Celery application: broker and queues for member commands and durable control steps.
 
-Loaded with the settings package, so it is every process's current app: the engine sends by
-task name through ``celery.current_app`` and never imports this module. Each side registers its
-handlers: members the commands they receive, the master side the control steps any worker runs.
+Loaded with the settings package and made the default app, so it is every thread's current
+app: the engine sends by task name through ``celery.current_app`` and never imports this
+module. Each side registers its handlers: members the commands they receive, the master side
+the control steps any worker runs.
 """
 
 from __future__ import annotations
@@ -20,3 +21,5 @@ app = Celery("keel")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_queues = [Queue(CONTROL_QUEUE)]
 app.autodiscover_tasks(["engine.member", "engine.master"], related_name="handlers")
+# The current app of every thread (web views, a worker's own threads), not just this one's.
+app.set_default()

@@ -1,15 +1,22 @@
-"""Checkpoint coordination rules on real PostgreSQL (no cluster): completion, timeout, supersede."""
+"""Checkpoint coordination rules on real PostgreSQL (no cluster): completion, timeout, supersede,
+and the commits of completed checkpoints."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
+import redis
+from django.conf import settings
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from engine.jobs import checkpoints
 from engine.jobs.submission import submit_job
+from engine.master import orchestration
 from engine.models import Checkpoint, ClusterState, MasterLease, Pipeline, TaskCheckpoint, TaskGroup
+from engine.protocol import member_queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 EPOCH = 7
@@ -86,3 +93,58 @@ def test_ids_grow_and_retention_keeps_the_newest(running_pipeline):
     assert sorted(kept) == ids[-3:]  # checkpoint.max-retained = 3
     assert Pipeline.objects.get(id=running_pipeline.id).checkpoints_completed == 5
     assert checkpoints.latest_completed(running_pipeline.id).id == ids[-1]
+
+
+def test_a_completed_checkpoint_is_committed_even_if_ending_the_next_one_fails(engine):
+    """The master ends checkpoints one by one; each completed one's commit goes out to its
+    readers as soon as it is committed, even if ending the next one then fails (a takeover, a
+    database error): nothing else would ever send it (the new master only looks at PENDING
+    checkpoints). The commands go to the members' real Celery queues on Redis."""
+    member = engine.add_member(slots=4)
+    job = submit_job(
+        "env { job.mode = STREAMING, parallelism = 1 }\nsource { FakeSource { } }\n"
+        "sink { Blackhole { } }"
+    )
+    engine.schedule()
+    engine.run_deployed()
+    pipeline = Pipeline.objects.get(job=job)
+    reader = TaskGroup.objects.get(job=job, kind="READER")
+    both = [start(pipeline), start(pipeline)]
+    for checkpoint in both:
+        for group in TaskGroup.objects.filter(pipeline=pipeline):
+            checkpoints.acknowledge(checkpoint.id, group.id, group.attempt, {})
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    queue = member_queue(member.name)
+    broker.delete(queue)
+    with connection.cursor() as cur:  # ending the second one fails, after the first committed
+        cur.execute(
+            """
+            CREATE FUNCTION test_checkpoint_fault() RETURNS trigger AS $$
+            BEGIN
+              IF EXISTS (SELECT 1 FROM engine_checkpoint WHERE state <> 'PENDING') THEN
+                RAISE EXCEPTION 'injected failure';
+              END IF;
+              RETURN NEW;
+            END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER test_checkpoint_fault BEFORE UPDATE ON engine_checkpoint
+               FOR EACH ROW EXECUTE FUNCTION test_checkpoint_fault();
+            """
+        )
+    try:
+        with pytest.raises(DatabaseError):
+            orchestration.coordinate_checkpoints(engine.epoch)
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("DROP TRIGGER test_checkpoint_fault ON engine_checkpoint")
+            cur.execute("DROP FUNCTION test_checkpoint_fault")
+    states = dict(Checkpoint.objects.filter(pipeline=pipeline).values_list("id", "state"))
+    completed = [i for i, state in states.items() if state == "COMPLETED"]
+    assert len(completed) == 1 and sorted(states.values()) == ["COMPLETED", "PENDING"]
+    sent = [json.loads(message)["headers"] for message in broker.lrange(queue, 0, -1)]
+    broker.delete(queue)
+    assert [(h["task"], h["argsrepr"]) for h in sent] == [
+        (
+            "engine.checkpoint.commit",
+            repr([reader.id, reader.attempt, str(member.uuid), completed[0]]),
+        )
+    ]

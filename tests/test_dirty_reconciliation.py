@@ -179,6 +179,9 @@ def test_a_failed_history_snapshot_keeps_dirty_and_is_written_later(engine):
         finished = engine.summary(job)
         assert finished["dirty"] and finished["recoveryAttemptCount"] == 1
         assert dirty.annotate(Job.objects.filter(id=job.id)).get().dirty_evaluation == "DIRTY"
+        # Surfaced, by the record and by the tracker, whose gap says why it is incomplete.
+        assert kinds(job, "job.history-failed") == kinds(job, "dirty.tracker-failed") == 1
+        assert "history snapshot" in finished["incompleteReason"]
     finally:
         with connection.cursor() as cur:
             cur.execute("DROP TRIGGER test_history_fault ON history_jobhistory")

@@ -8,10 +8,17 @@ terminal status, and the job gets its finished time and its history record.
 from __future__ import annotations
 
 import pytest
+from django.db import transaction
 
-from engine.jobs import lifecycle
+from engine.jobs import lifecycle, terminal
 from engine.models import EngineEvent, Job, Pipeline, TaskGroup
-from engine.states import EXECUTION_TERMINAL, JOB_TERMINAL, ExecutionStatus
+from engine.states import (
+    EXECUTION_TERMINAL,
+    JOB_TERMINAL,
+    ExecutionStatus,
+    InvalidTransition,
+    JobStatus,
+)
 from history.models import JobHistory
 from tests.enginekit import Engine
 
@@ -122,3 +129,15 @@ def test_finish_fail_and_cancel_end_a_job_with_the_same_events(engine):
     assert "sink error" in failed.error_msg
     fail_events = EngineEvent.objects.filter(job_id=failed.id, kind="job.status")
     assert fail_events.last().payload["errorMsg"] == failed.error_msg
+
+
+def test_a_job_cannot_end_while_a_placed_task_group_is_live(engine):
+    """Placed task groups end by their own reports (or as lost with their member) before the
+    roll-up ends the job: ending a job under a running task group is refused, not papered
+    over."""
+    job = running(engine)
+    with pytest.raises(InvalidTransition), transaction.atomic():
+        terminal.end_job(Job.objects.select_for_update().get(id=job.id), JobStatus.CANCELED)
+    job.refresh_from_db()
+    assert job.status == "RUNNING" and job.finished_at is None
+    assert not EngineEvent.objects.filter(job_id=job.id, payload__to="CANCELED").exists()

@@ -21,7 +21,7 @@ class JobFilter(django_filters.FilterSet):
     jobStatus = django_filters.ChoiceFilter(field_name="status", choices=JobStatus.choices)
     dirty = django_filters.BooleanFilter(method="filter_dirty", label="dirty")
     evaluationStatus = django_filters.ChoiceFilter(
-        field_name="dirty_evaluation", choices=DirtyEvaluation.choices
+        field_name="dirty_evaluation", choices=[(e, e) for e in DirtyEvaluation.values]
     )
 
     class Meta:

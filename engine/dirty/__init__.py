@@ -38,7 +38,7 @@ contained failure left behind (``reconcile``); the API and the dashboard read th
 
 from engine.dirty.attempts import on_restore_deploying, on_restore_obsolete, on_restore_prepared
 from engine.dirty.episodes import after_settle, expire_stale_episodes
-from engine.dirty.history import history_part, pending_history
+from engine.dirty.history import history_failed, history_part, pending_history
 from engine.dirty.member_loss import NOT_AFFECTED, MemberLossEvents, on_member_lost
 from engine.dirty.reading import (
     Sequences,
@@ -63,6 +63,7 @@ __all__ = [
     "dirty_filter",
     "evaluate",
     "expire_stale_episodes",
+    "history_failed",
     "history_part",
     "init_state",
     "job_episodes",

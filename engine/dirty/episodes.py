@@ -1,5 +1,5 @@
-"""Recovery episodes: completed once the job runs again, expired when stale, aborted when the
-job ends, and the finished job's snapshot written to its history."""
+"""Recovery episodes: completed once the job runs again, expired when stale (an episode is aborted
+at the job's end by engine.dirty.history)."""
 
 from __future__ import annotations
 

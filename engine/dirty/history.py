@@ -10,10 +10,11 @@ from __future__ import annotations
 from engine.dirty import events as dirty_events
 from engine.dirty.episodes import end_episode
 from engine.dirty.reading import Sequences, episode_list, summary
-from engine.dirty.tracking import lock_state
+from engine.dirty.tracking import contained, lock_state
 from engine.models import (
     DirtyJobState,
     DirtyTrackingGap,
+    EngineEvent,
     Job,
     MemberLossIncident,
     RecoveryAttempt,
@@ -43,6 +44,14 @@ def history_part(job: Job, epoch: int | None) -> HistoryPart:
     DirtyJobState.objects.filter(job=job).delete()
     events.append(dirty_events.snapshot(job.id, epoch, snapshot))
     return HistoryPart({"dirty_task": snapshot, "episodes": episodes}, events)
+
+
+def history_failed(job: Job, epoch: int | None, exc: Exception) -> list[EngineEvent]:
+    """The record failed: the running state stays (DIRTY is never lost) and the job's tracking
+    reads incomplete until the record is written (a repairable gap)."""
+    if job.dirty_threshold <= 0:
+        return []
+    return contained(job, epoch, "history snapshot", exc, repairable=True)
 
 
 def pending_history() -> list[int]:

@@ -12,6 +12,7 @@ pipeline leaving RUNNING) makes it FAILED, and the next one starts fresh.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
@@ -95,15 +96,18 @@ def acknowledge(checkpoint_id: int, task_group_id: int, attempt: int, state: dic
         return False
 
 
-def complete_or_expire(epoch: int) -> list[Checkpoint]:
+def complete_or_expire(
+    epoch: int, on_completed: Callable[[Checkpoint], object] = lambda checkpoint: None
+) -> int:
     """COMPLETE checkpoints every expected attempt acked; FAIL those timed out or orphaned.
-    Returns the checkpoints this call ended (the completed ones' commits are to be sent)."""
+    ``on_completed`` is called as soon as each COMPLETED one has committed, before the next
+    one is ended (its commits must go out even if a later one fails). Returns how many ended."""
     pending = list(
         Checkpoint.objects.filter(state=CheckpointState.PENDING)
         .select_related("pipeline", "job")
         .annotate(acks_n=Count("acks"))
     )
-    ended: list[Checkpoint] = []
+    ended = 0
     now = timezone.now()
     for checkpoint in pending:
         acks = {
@@ -132,8 +136,9 @@ def complete_or_expire(epoch: int) -> list[Checkpoint]:
         else:
             continue
         if _end(epoch, checkpoint, state, reason):
-            checkpoint.state = state
-            ended.append(checkpoint)
+            ended += 1
+            if state == CheckpointState.COMPLETED:
+                on_completed(checkpoint)
     return ended
 
 

@@ -1,6 +1,6 @@
 """Pipeline restore after member loss: the intent and its execution.
 
-The restore intent is a ControlStep row that the roll-up (engine.jobs.lifecycle) creates once
+The restore intent is a ControlStep row that the roll-up (engine.jobs.rollup) creates once
 every task group of the failed pipeline has ended, due after ``job.retry.interval.seconds``.
 The active master runs due steps through the control queue (engine.master.control). Executing a
 step is idempotent: it restores the pipeline only if it is still FAILING with that restore

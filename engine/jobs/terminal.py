@@ -1,7 +1,7 @@
 """Job status transitions, and the one place a job ends.
 
 ``end_job`` is the terminal transition, whatever ends the job: its last task group finishing, a
-failure, or a cancel before anything ran. It ends whatever of the job is still live (pipelines
+failure, or a cancel before anything ran. It ends what of the job was never placed (pipelines
 and task groups, each with its event), walks the job to its terminal status one valid
 transition at a time (an event each), and writes the finished-job record, asking each
 contributor for its part. The caller holds the job row's lock and appends the events.
@@ -18,7 +18,6 @@ from django.db.models.functions import Now
 
 from engine import dirty
 from engine import events as builders
-from engine.cluster import slots as slot_transitions
 from engine.events import append_events
 from engine.fencing import StaleEpoch, fenced
 from engine.models import EngineEvent, Job, TaskGroup
@@ -28,7 +27,9 @@ from engine.states import (
     JOB_TERMINAL,
     JOB_TRANSITIONS,
     ExecutionStatus,
+    InvalidTransition,
     JobStatus,
+    check_transition,
     transition_path,
 )
 from history.contributions import HistoryPart
@@ -50,11 +51,15 @@ class HistoryContributor:
 
     #: Its part of the record of ``job`` (in the record's transaction; may raise).
     part: Callable[[Job, int | None], HistoryPart]
+    #: The record failed: what the contributor records of that (events; its own savepoints).
+    failed: Callable[[Job, int | None, Exception], list[EngineEvent]]
     #: Ended jobs whose part is not recorded yet (a failed record is retried for them).
     pending: Callable[[], Iterable[int]]
 
 
-HISTORY_CONTRIBUTORS = (HistoryContributor(dirty.history_part, dirty.pending_history),)
+HISTORY_CONTRIBUTORS = (
+    HistoryContributor(dirty.history_part, dirty.history_failed, dirty.pending_history),
+)
 
 
 def advance_job(job: Job, target: str, epoch: int | None = None) -> list[EngineEvent]:
@@ -84,46 +89,40 @@ def end_job(job: Job, status: str, epoch: int | None = None) -> list[EngineEvent
 
 
 def _end_leftovers(job: Job, status: str, epoch: int | None) -> list[EngineEvent]:
-    """End the job's pipelines and task groups that have not ended (a job cancelled before it
-    was scheduled has all of them), freeing any slot they hold."""
+    """End the job's pipelines and task groups that were never placed (a job cancelled before it
+    was scheduled has nothing else), each with its event. One that was placed ends by its own
+    report, or as lost with its member, before the roll-up ends the job: finding one here is a
+    bug, and the transition is refused."""
     events = []
-    groups = list(
-        TaskGroup.objects.select_for_update(no_key=True, of=("self",))
-        .filter(job=job)
-        .live()
-        .order_by("pipeline_id", "kind", "index")
-    )
+    groups = list(TaskGroup.objects.filter(job=job).live().order_by("pipeline_id", "kind", "index"))
+    pipelines = list(job.pipelines.exclude(status__in=EXECUTION_TERMINAL).order_by("index"))
+    placed = [g for g in groups if g.status != ExecutionStatus.CREATED]
+    placed += [p for p in pipelines if p.status != ExecutionStatus.CREATED]
+    if placed:
+        raise InvalidTransition(f"job {job.id} cannot end {status} while {placed[0]} is live")
+    for pipeline in pipelines:
+        check_transition(EXECUTION_TRANSITIONS, pipeline.status, status)
+        events.append(
+            builders.pipeline_status(job.id, pipeline.index, pipeline.status, status, epoch=epoch)
+        )
     for group in groups:
-        previous, group.status, group.updated_at = group.status, status, Now()
-        group.save(update_fields=["status", "updated_at"])
-        if group.slot_id:
-            slot_transitions.free(group.slot_id)
+        check_transition(EXECUTION_TRANSITIONS, group.status, status)
         events.append(
             builders.taskgroup_status(
-                job.id,
-                group.id,
-                group.attempt,
-                previous,
-                status,
-                member_id=group.member_id,
-                epoch=epoch,
+                job.id, group.id, group.attempt, group.status, status, epoch=epoch
             )
         )
-    for pipeline in job.pipelines.exclude(status__in=EXECUTION_TERMINAL).order_by("index"):
-        for step in transition_path(EXECUTION_TRANSITIONS, pipeline.status, status):
-            events.append(
-                builders.pipeline_status(job.id, pipeline.index, pipeline.status, step, epoch=epoch)
-            )
-            pipeline.status = step
-        pipeline.save(update_fields=["status"])
+    job.pipelines.filter(id__in=[p.id for p in pipelines]).update(status=status)
+    TaskGroup.objects.filter(id__in=[g.id for g in groups]).update(status=status, updated_at=Now())
     return events
 
 
 def record_history(job: Job, epoch: int | None = None, *, strict: bool = False):
     """Write the finished-job record with every contributor's part, in a savepoint of the
-    terminal transaction. A failure never blocks the job's end: it is logged and surfaced, the
-    contributors keep their running state, and ``record_pending_history`` retries (``strict``:
-    raise instead, for that retry's own containment)."""
+    terminal transaction. A failure never blocks the job's end: it is logged and surfaced
+    (``job.history-failed``, and what each contributor records of it), the contributors keep
+    their running state, and ``record_pending_history`` retries the jobs they still hold
+    (``strict``: raise instead, for that retry's own containment)."""
     try:
         with transaction.atomic():
             fields: dict = {"status": job.status}
@@ -137,8 +136,11 @@ def record_history(job: Job, epoch: int | None = None, *, strict: bool = False):
     except Exception as exc:
         if strict:
             raise
-        log.exception("the history record of job %s was not written; it is retried", job.id)
-        return [builders.job_history_failed(job.id, epoch, str(exc))]
+        log.exception("the history record of job %s was not written", job.id)
+        events = [builders.job_history_failed(job.id, epoch, str(exc))]
+        for contributor in HISTORY_CONTRIBUTORS:
+            events += contributor.failed(job, epoch, exc)
+        return events
 
 
 def record_pending_history(epoch: int) -> bool:

@@ -19,9 +19,8 @@ from engine.fencing import fenced
 from engine.jobs import checkpoints, lifecycle, terminal
 from engine.jobs.scheduler import Deployment, schedule_next
 from engine.master import commands
-from engine.models import TaskGroup
+from engine.models import Checkpoint, TaskGroup
 from engine.states import (
-    CheckpointState,
     ExecutionStatus,
 )
 
@@ -131,13 +130,14 @@ def fail_lost_task_groups(epoch: int) -> bool:
 
 
 def coordinate_checkpoints(epoch: int) -> bool:
-    """End the checkpoints that can end and tell readers to commit the completed ones; then
-    trigger the checkpoints that are due and send their barriers."""
-    ended = checkpoints.complete_or_expire(epoch)
-    for checkpoint in ended:
-        if checkpoint.state == CheckpointState.COMPLETED:
-            for target in checkpoints.committers(checkpoint):
-                commands.commit(target, checkpoint.id)
+    """End the checkpoints that can end, telling readers to commit each completed one as soon
+    as it is; then trigger the checkpoints that are due and send their barriers."""
+
+    def send_commits(checkpoint: Checkpoint) -> None:
+        for target in checkpoints.committers(checkpoint):
+            commands.commit(target, checkpoint.id)
+
+    ended = checkpoints.complete_or_expire(epoch, send_commits)
     barriers = checkpoints.trigger_due(epoch)
     for checkpoint_id, target in barriers:
         commands.barrier(target, checkpoint_id)

@@ -16,8 +16,9 @@ class DirtyJobState(models.Model):
 
     Created in the job's submit transaction, so an enabled job is never schedulable without it;
     every change takes this row's lock (after the job row's, where both are taken) in one short
-    transaction with its EngineEvent. Deleted in the job's terminal transaction, right after the
-    history snapshot (history.JobHistory) is written. See engine.dirty.
+    transaction with its EngineEvent. Deleted in the job's terminal transaction, with its summary
+    frozen into the finished-job record (history.JobHistory, engine.dirty.history); if that
+    record fails, it stays until the record is written. See engine.dirty.
     """
 
     job = models.OneToOneField(

@@ -8,6 +8,7 @@ import signal
 from django.core.management.base import BaseCommand, CommandError
 
 from devcluster.localcluster import ClusterError, ClusterSpec, LocalCluster
+from engine.cli import add_slot_options
 from engine.services import require_services
 
 
@@ -19,13 +20,7 @@ class Command(BaseCommand):
         up = sub.add_parser("up", help="start the cluster and wait until it is healthy")
         up.add_argument("--masters", type=int, default=2)
         up.add_argument("--workers", type=int, default=2)
-        up.add_argument("--slots", type=int, default=8)
-        mode = up.add_mutually_exclusive_group()
-        mode.add_argument("--fixed-slots", dest="slot_mode", action="store_const", const="FIXED")
-        mode.add_argument(
-            "--dynamic-slots", dest="slot_mode", action="store_const", const="DYNAMIC"
-        )
-        up.set_defaults(slot_mode="FIXED")
+        add_slot_options(up)
         up.add_argument("--heartbeat-timeout", type=float, default=5.0, metavar="SECONDS")
         up.add_argument("--port", type=int, default=8000)
         up.add_argument(

@@ -13,6 +13,7 @@ from devcluster.localcluster import ClusterError, ClusterSpec, LocalCluster, ens
 from engine.jobconfig import ConfigError
 from engine.jobs.submission import submit_job
 from engine.services import require_services
+from engine.states import SlotMode
 
 
 class Command(BaseCommand):
@@ -45,7 +46,7 @@ class Command(BaseCommand):
             masters=opts["masters"],
             workers=opts["workers"],
             slots=opts["slots"],
-            slot_mode="FIXED",
+            slot_mode=SlotMode.FIXED,
             heartbeat_timeout=settings.ENGINE["heartbeat-timeout"],
             port=opts["port"],
         )

@@ -11,7 +11,7 @@ class DirtyTaskListSerializer(serializers.Serializer):
     """The dirty-job label in job lists; a disabled job has only the first two fields."""
 
     dirty = serializers.BooleanField()
-    evaluationStatus = serializers.ChoiceField(choices=DirtyEvaluation.choices)
+    evaluationStatus = serializers.ChoiceField(choices=DirtyEvaluation.values)
     recoveryAttemptCount = serializers.IntegerField(required=False)
 
 
@@ -49,13 +49,13 @@ class EpisodeAttemptSerializer(serializers.Serializer):
     attemptId = serializers.CharField(help_text="<episodeId>-<pipelineId>-<prepareSequence>")
     pipelineId = serializers.IntegerField()
     prepareSequence = serializers.IntegerField()
-    state = serializers.ChoiceField(choices=AttemptState.choices)
+    state = serializers.ChoiceField(choices=AttemptState.values)
     at = serializers.DateTimeField()
 
 
 class EpisodeSerializer(serializers.Serializer):
     episodeId = serializers.IntegerField()
-    status = serializers.ChoiceField(choices=EpisodeStatus.choices)
+    status = serializers.ChoiceField(choices=EpisodeStatus.values)
     startedAt = serializers.DateTimeField()
     endedAt = serializers.DateTimeField(allow_null=True)
     generation = serializers.IntegerField()

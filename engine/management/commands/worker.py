@@ -7,9 +7,9 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from engine.cli import add_slot_options
 from engine.management.engine_process import start_engine_process
 from engine.member.worker import Worker, WorkerOptions
-from engine.states import SlotMode
 
 CONCURRENCY_HELP = "Celery pool threads (they only validate and hand over)"
 
@@ -19,15 +19,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--name", required=True, help="member name, e.g. worker-1")
-        parser.add_argument("--slots", type=int, default=8)
-        mode = parser.add_mutually_exclusive_group()
-        mode.add_argument(
-            "--fixed-slots", dest="slot_mode", action="store_const", const=SlotMode.FIXED
-        )
-        mode.add_argument(
-            "--dynamic-slots", dest="slot_mode", action="store_const", const=SlotMode.DYNAMIC
-        )
-        parser.set_defaults(slot_mode=SlotMode.FIXED)
+        add_slot_options(parser)
         parser.add_argument(
             "--heartbeat-interval", type=float, default=settings.ENGINE["heartbeat-interval"]
         )
