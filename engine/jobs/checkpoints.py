@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F, Max, Q
+from django.db.models import F, Max, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -103,9 +103,7 @@ def complete_or_expire(
     ``on_completed`` is called as soon as each COMPLETED one has committed, before the next
     one is ended (its commits must go out even if a later one fails). Returns how many ended."""
     pending = list(
-        Checkpoint.objects.filter(state=CheckpointState.PENDING)
-        .select_related("pipeline", "job")
-        .annotate(acks_n=Count("acks"))
+        Checkpoint.objects.filter(state=CheckpointState.PENDING).select_related("pipeline", "job")
     )
     ended = 0
     now = timezone.now()
