@@ -7,6 +7,11 @@ ordered with its data): it snapshots its reader positions and its sinks' pre-com
 persists them with its attempt, and so acknowledges. When every expected attempt has acked, N is
 COMPLETED and readers are told to commit their sinks' state; ``checkpoint.timeout`` (or the
 pipeline leaving RUNNING) makes it FAILED, and the next one starts fresh.
+
+The barriers are re-stated by the row: a master that finds a PENDING checkpoint another master
+triggered sends its missing barriers at once (that master may have died before they went out),
+and any master re-sends them every BARRIER_RESEND seconds until acked. A task group handles a
+checkpoint's barrier once, so a re-sent barrier never moves the cut.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from engine.models import Checkpoint, EngineEvent, Pipeline, TaskCheckpoint, Tas
 from engine.states import CheckpointState, ExecutionStatus, JobStatus, TaskGroupKind
 
 log = logging.getLogger("keel.checkpoints")
+BARRIER_RESEND = 2.0
 
 
 def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
@@ -67,6 +73,8 @@ def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
                 job_id=pipeline.job_id,
                 pipeline=pipeline,
                 expected={str(g.task_group_id): g.attempt for g in targets},
+                barrier_epoch=epoch,
+                barriers_sent_at=now,
             )
             barriers += [(checkpoint.id, g) for g in targets]
             events.append(
@@ -74,6 +82,47 @@ def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
             )
         append_events(events)
     return barriers
+
+
+def unacked_barriers(epoch: int) -> list[tuple[int, Deployment]]:
+    """The barriers of PENDING checkpoints still waiting for an ack, to send again: every one
+    of a checkpoint last sent under another epoch, and the others every BARRIER_RESEND seconds
+    (a dropped message, a full mailbox, a broker outage)."""
+    cutoff = timezone.now() - timedelta(seconds=BARRIER_RESEND)
+    with fenced(epoch):
+        due = list(
+            Checkpoint.objects.select_for_update(no_key=True, skip_locked=True)
+            .filter(state=CheckpointState.PENDING)
+            .filter(~Q(barrier_epoch=epoch) | Q(barriers_sent_at__lt=cutoff))
+            .order_by("id")
+            .values_list("id", "expected")[:500]
+        )
+        if not due:
+            return []
+        ids = [checkpoint_id for checkpoint_id, _ in due]
+        Checkpoint.objects.filter(id__in=ids).update(barrier_epoch=epoch, barriers_sent_at=Now())
+        acked = set(
+            TaskCheckpoint.objects.filter(checkpoint_id__in=ids).values_list(
+                "checkpoint_id", "task_group_id"
+            )
+        )
+    waiting = {
+        (int(group_id), attempt): checkpoint_id
+        for checkpoint_id, expected in due
+        for group_id, attempt in expected.items()
+        if (checkpoint_id, int(group_id)) not in acked
+    }
+    targets = (
+        Deployment.of(row)
+        for row in TaskGroup.objects.on_alive_members()
+        .filter(id__in={group_id for group_id, _ in waiting}, status=ExecutionStatus.RUNNING)
+        .values_list(*Deployment.FIELDS)
+    )
+    return [
+        (waiting[key], target)
+        for target in targets
+        if (key := (target.task_group_id, target.attempt)) in waiting
+    ]
 
 
 def acknowledge(checkpoint_id: int, task_group_id: int, attempt: int, state: dict) -> bool:

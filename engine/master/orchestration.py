@@ -131,14 +131,15 @@ def fail_lost_task_groups(epoch: int) -> bool:
 
 def coordinate_checkpoints(epoch: int) -> bool:
     """End the checkpoints that can end, telling readers to commit each completed one as soon
-    as it is; then trigger the checkpoints that are due and send their barriers."""
+    as it is; send again the barriers still unacked; then trigger the checkpoints that are due
+    and send their barriers."""
 
     def send_commits(checkpoint: Checkpoint) -> None:
         for target in checkpoints.committers(checkpoint):
             commands.commit(target, checkpoint.id)
 
     ended = checkpoints.complete_or_expire(epoch, send_commits)
-    barriers = checkpoints.trigger_due(epoch)
+    barriers = checkpoints.unacked_barriers(epoch) + checkpoints.trigger_due(epoch)
     for checkpoint_id, target in barriers:
         commands.barrier(target, checkpoint_id)
     return bool(ended or barriers)

@@ -34,6 +34,16 @@ class TaskGroupThread(threading.Thread):
         self.attempt = attempt
         self.stop = threading.Event()
         self.mailbox = Mailbox()
+        #: The newest checkpoint whose barrier this attempt handled: a barrier is re-sent until
+        #: acked, and handling it twice would move the cut (checkpoint ids only grow).
+        self.last_barrier = 0
+
+    def first_barrier(self, message: Message) -> bool:
+        """True for a barrier this attempt has not handled yet (and marks it handled)."""
+        if not isinstance(message, Barrier) or message.checkpoint_id <= self.last_barrier:
+            return False
+        self.last_barrier = message.checkpoint_id
+        return True
 
     @property
     def member_id(self) -> int:
@@ -109,7 +119,7 @@ class TaskGroupThread(threading.Thread):
                 return
 
         def handle(message: Message) -> None:
-            if isinstance(message, Barrier):  # the enumerator's state lives in split assignments
+            if self.first_barrier(message):  # the enumerator's state lives in split assignments
                 checkpoints.acknowledge(
                     message.checkpoint_id, self.task_group_id, self.attempt, {"kind": "enumerator"}
                 )
@@ -174,7 +184,7 @@ class TaskGroupThread(threading.Thread):
 
     def handle_at_boundary(self, message: Message, positions: dict, chain: Chain) -> None:
         """A reader's barrier or commit, between two batches."""
-        if isinstance(message, Barrier):
+        if self.first_barrier(message):
             sinks = [
                 guarded(path, writer.prepare_commit, message.checkpoint_id)
                 for path, _, writer in chain.sinks

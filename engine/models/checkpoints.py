@@ -22,6 +22,10 @@ class Checkpoint(models.Model):
     #: {task group id: attempt} the barrier went to; acks of other attempts do not count.
     expected = models.JSONField(default=dict)
     triggered_at = models.DateTimeField(db_default=Now())
+    #: The epoch of the master that last sent the barriers, and when: a checkpoint another
+    #: master triggered (it may have died before they went out) has them sent again at once.
+    barrier_epoch = models.IntegerField(null=True, blank=True)
+    barriers_sent_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     failure_reason = models.TextField(blank=True, default="")
 
