@@ -47,6 +47,15 @@ def wait_for(
         time.sleep(interval)
 
 
+def holds_for(predicate: Callable[[], object], seconds: float, what: str) -> None:
+    """Watch ``predicate`` every 50 ms for ``seconds`` (a fault's duration): it must stay true
+    throughout."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert predicate(), f"{what} stopped holding"
+        time.sleep(0.05)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -101,11 +110,11 @@ class Cluster:
         slots: int = 8,
         heartbeat_timeout: float = 3.0,
         extra_args: tuple[str, ...] = (),
+        redis_url: str | None = None,
     ) -> None:
         self.db_name = template.clone()
         self.database_url = f"{SERVER_URL}/{self.db_name}"
-        redis_index = next(_redis_db)
-        self.redis_url = f"{REDIS_BASE}/{redis_index}"
+        self.redis_url = redis_url or f"{REDIS_BASE}/{next(_redis_db)}"
         redis.Redis.from_url(self.redis_url).flushdb()
         self.port = free_port()
         self.var_dir = Path(tempfile.mkdtemp(prefix="keel-cluster-"))

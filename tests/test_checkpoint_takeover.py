@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from engine.jobs import checkpoints
 from engine.jobs.submission import submit_job
-from engine.master import orchestration
+from engine.master import commands, orchestration
 from engine.models import Checkpoint, TaskGroup
 from engine.protocol import member_queue
 from tests.clusterkit import Cluster, wait_for
@@ -62,6 +62,7 @@ def test_the_next_master_sends_the_barriers_a_dead_one_never_sent(engine):
 
     # Under its own epoch it re-sends only after BARRIER_RESEND, and only what is unacked.
     orchestration.coordinate_checkpoints(engine.epoch)
+    assert commands.outbox.flush(5)
     assert barriers_on(broker, queue) == []
     enumerator, reader = groups["ENUMERATOR"], groups["READER"]
     assert checkpoints.acknowledge(checkpoint_id, enumerator.id, enumerator.attempt, {})

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from engine.jobs import checkpoints
 from engine.jobs.submission import submit_job
-from engine.master import orchestration
+from engine.master import commands, orchestration
 from engine.models import Checkpoint, ClusterState, MasterLease, Pipeline, TaskCheckpoint, TaskGroup
 from engine.protocol import member_queue
 
@@ -137,6 +137,7 @@ def test_a_completed_checkpoint_is_committed_even_if_ending_the_next_one_fails(e
         with connection.cursor() as cur:
             cur.execute("DROP TRIGGER test_checkpoint_fault ON engine_checkpoint")
             cur.execute("DROP FUNCTION test_checkpoint_fault")
+    assert commands.outbox.flush(5)
     states = dict(Checkpoint.objects.filter(pipeline=pipeline).values_list("id", "state"))
     completed = [i for i, state in states.items() if state == "COMPLETED"]
     assert len(completed) == 1 and sorted(states.values()) == ["COMPLETED", "PENDING"]

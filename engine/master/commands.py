@@ -1,14 +1,18 @@
 """Commands from the master side to members and to the control queue, sent by Celery task name.
 
 This is the only module that sends them, and it imports no handler: the names and queues are
-the protocol (engine.protocol). Every command re-states an intent already in PostgreSQL, so a
-message that cannot be sent (broker down) is only logged: the step that sent it sends it again
-on a later pass (redelivery, cancel resend, checkpoint timeout, control-step re-enqueue).
+the protocol (engine.protocol). Sending only puts the command in the process's outbox, which a
+thread of its own publishes: the master loop (lease renewal included) never waits on the broker.
+Every command re-states an intent already in PostgreSQL, so the outbox needs no durability of
+its own: it is bounded, drops its oldest when full, and whatever is lost is sent again by the
+step that sent it (deploy redelivery, cancel resend, barrier resend, control-step re-enqueue).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections import deque
 from collections.abc import Iterable
 
 from celery import current_app
@@ -25,20 +29,74 @@ from engine.protocol import (
 )
 
 log = logging.getLogger("keel.commands")
+OUTBOX_LIMIT = 10_000
+RETRY_MAX = 1.0
 
 
-def _send(task: str, args: list, queue: str) -> bool:
+class Outbox:
+    """Commands waiting to be published, oldest first, and the thread that publishes them.
+
+    While the broker is away the head is retried with a capped backoff (each publish bounded by
+    the broker's socket timeouts); commands keep their order, and once the broker is back they
+    go out at once.
+    """
+
+    def __init__(self, limit: int = OUTBOX_LIMIT) -> None:
+        self._pending: deque[tuple[str, list, str]] = deque(maxlen=limit)
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self.dropped = 0
+
+    def put(self, task: str, args: list, queue: str) -> None:
+        with self._changed:
+            if len(self._pending) == self._pending.maxlen:
+                self.dropped += 1
+            self._pending.append((task, args, queue))
+            self._changed.notify_all()
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)
+                self._thread.start()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every command put so far has been published (False on timeout)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._pending, timeout)
+
+    def _run(self) -> None:
+        backoff = 0.0
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._pending)
+                head = self._pending[0]
+            if _publish(*head, quiet=backoff > 0):
+                backoff = 0.0
+                with self._changed:
+                    if self._pending and self._pending[0] is head:
+                        self._pending.popleft()
+                    self._changed.notify_all()
+                continue
+            backoff = min(max(backoff * 2, 0.05), RETRY_MAX)
+            with self._changed:  # a wait, not a sleep: flush() and put() still get the lock
+                self._changed.wait(backoff)
+
+
+def _publish(task: str, args: list, queue: str, quiet: bool = False) -> bool:
     try:
-        current_app.send_task(task, args=args, queue=queue)
+        current_app.send_task(task, args=args, queue=queue, retry=False)
         return True
-    except Exception:
-        log.warning("could not send %s to %s", task, queue, exc_info=True)
+    except Exception as exc:
+        if not quiet:
+            log.warning("could not send %s to %s (retrying): %s", task, queue, exc)
         return False
 
 
-def to_member(task: str, target: Deployment, *extra) -> bool:
+#: This process's outbox (the master's, or a worker's for the control steps it runs).
+outbox = Outbox()
+
+
+def to_member(task: str, target: Deployment, *extra) -> None:
     """Send ``task`` to the task group attempt ``target`` on its member's queue."""
-    return _send(
+    outbox.put(
         task,
         [target.task_group_id, target.attempt, target.member_uuid, *extra],
         member_queue(target.member_name),
@@ -50,17 +108,17 @@ def deploy(deployments: Iterable[Deployment]) -> None:
         to_member(TASK_DEPLOY, target)
 
 
-def cancel(target: Deployment) -> bool:
-    return to_member(TASK_CANCEL, target)
+def cancel(target: Deployment) -> None:
+    to_member(TASK_CANCEL, target)
 
 
-def barrier(target: Deployment, checkpoint_id: int) -> bool:
-    return to_member(TASK_BARRIER, target, checkpoint_id)
+def barrier(target: Deployment, checkpoint_id: int) -> None:
+    to_member(TASK_BARRIER, target, checkpoint_id)
 
 
-def commit(target: Deployment, checkpoint_id: int) -> bool:
-    return to_member(TASK_COMMIT, target, checkpoint_id)
+def commit(target: Deployment, checkpoint_id: int) -> None:
+    to_member(TASK_COMMIT, target, checkpoint_id)
 
 
-def run_control_step(step_id: int, epoch: int) -> bool:
-    return _send(TASK_CONTROL_STEP, [step_id, epoch], CONTROL_QUEUE)
+def run_control_step(step_id: int, epoch: int) -> None:
+    outbox.put(TASK_CONTROL_STEP, [step_id, epoch], CONTROL_QUEUE)

@@ -9,7 +9,7 @@ from engine.master.control import run_step
 from engine.protocol import TASK_CONTROL_STEP
 
 
-@shared_task(name=TASK_CONTROL_STEP, acks_late=True)
+@shared_task(name=TASK_CONTROL_STEP, acks_late=True, ignore_result=True)
 def run_control_step(step_id: int, epoch: int) -> str:
     """A durable control step (backed by its ControlStep row; idempotent by its key)."""
     return run_step(step_id, epoch)

@@ -32,7 +32,7 @@ def member_ping(expected_name: str | None = None) -> dict:
     }
 
 
-@shared_task(name=TASK_DEPLOY, acks_late=False)
+@shared_task(name=TASK_DEPLOY, acks_late=False, ignore_result=True)
 def deploy_task_group(task_group_id: int, attempt: int, member_uuid: str) -> dict:
     """Deploy one attempt of a task group here. Validates, then hands it to the runtime."""
     here = runtime.addressed(member_uuid)
@@ -50,7 +50,7 @@ def deploy_task_group(task_group_id: int, attempt: int, member_uuid: str) -> dic
     return {"ok": True, "result": here.deploy(task_group_id, attempt)}
 
 
-@shared_task(name=TASK_CANCEL, acks_late=False)
+@shared_task(name=TASK_CANCEL, acks_late=False, ignore_result=True)
 def cancel_task_group(task_group_id: int, attempt: int, member_uuid: str) -> dict:
     here = runtime.addressed(member_uuid)
     if here is None:
@@ -71,5 +71,9 @@ def _mailbox_command(message: type[Barrier] | type[Commit]):
     return offer
 
 
-checkpoint_barrier = shared_task(name=TASK_BARRIER, acks_late=False)(_mailbox_command(Barrier))
-checkpoint_commit = shared_task(name=TASK_COMMIT, acks_late=False)(_mailbox_command(Commit))
+checkpoint_barrier = shared_task(name=TASK_BARRIER, acks_late=False, ignore_result=True)(
+    _mailbox_command(Barrier)
+)
+checkpoint_commit = shared_task(name=TASK_COMMIT, acks_late=False, ignore_result=True)(
+    _mailbox_command(Commit)
+)
