@@ -90,11 +90,14 @@ class Leadership:
             raise LeadershipLost(f"lock session: {exc}".strip()) from exc
 
     def _end_expired_holder(self) -> bool:
-        """End the sessions of a holder whose lease has expired; True if its lock session ended.
+        """End the sessions of whoever holds the leadership lock once the lease has expired;
+        True if a lock session was ended.
 
-        Only a backend that really holds the leadership lock (pg_locks) and carries the
-        holder's lock application_name is ended: never a recycled pid, never our own session.
-        The holder's Django sessions go too, so none of them keeps a row lock.
+        The holder is found in pg_locks, not taken from the lease: it is either the lease's
+        holder (its lease expired: frozen, or behind a half-open connection), or a candidate
+        that took the lock and never committed its takeover (frozen in between) for at least a
+        lease's time since. Only a session carrying a ``keel-lock:`` application_name is ended,
+        never our own; the holder's Django sessions go too, so none of them keeps a row lock.
         """
         try:
             row = (
@@ -102,26 +105,30 @@ class Leadership:
                 .execute(
                     """
                 WITH holder AS (
-                    SELECT a.pid, l.holder
+                    SELECT a.pid, substr(a.application_name, 11) AS name
                       FROM engine_masterlease l
+                      JOIN pg_locks k
+                        ON k.locktype = 'advisory' AND k.granted
+                       AND k.classid = %s AND k.objid = %s AND k.objsubid = 2
                       JOIN pg_stat_activity a
-                        ON a.pid = l.lock_backend_pid
-                       AND a.application_name = left('keel-lock:' || l.holder, 63)
+                        ON a.pid = k.pid
                        AND a.datname = current_database()
                        AND a.pid <> pg_backend_pid()
-                      JOIN pg_locks k
-                        ON k.pid = a.pid AND k.locktype = 'advisory' AND k.granted
-                       AND k.classid = %s AND k.objid = %s AND k.objsubid = 2
-                     WHERE l.id = 1 AND l.holder <> '' AND l.expires_at < clock_timestamp()
+                       AND a.application_name LIKE 'keel-lock:%%'
+                     WHERE l.id = 1 AND l.expires_at < clock_timestamp()
+                       AND ((a.pid = l.lock_backend_pid
+                             AND a.application_name = left('keel-lock:' || l.holder, 63))
+                            OR a.state_change
+                               < clock_timestamp() - make_interval(secs => %s))
                 )
                 SELECT pg_terminate_backend(h.pid, 1000),
                        (SELECT count(pg_terminate_backend(a.pid))
                           FROM pg_stat_activity a
                          WHERE a.datname = current_database()
-                           AND a.application_name LIKE 'keel:' || h.holder || ':%%')
+                           AND a.application_name LIKE 'keel:' || h.name || ':%%')
                   FROM holder h
                 """,
-                    LEADERSHIP,
+                    (*LEADERSHIP, self.lease_timeout),
                 )
                 .fetchone()
             )
@@ -129,7 +136,7 @@ class Leadership:
             self._drop_lock_session()
             raise LeadershipLost(f"lock session: {exc}".strip()) from exc
         if row and row[0]:
-            log.warning("lease of the active master expired: ended its sessions")
+            log.warning("ended the sessions of the expired leadership lock holder")
             return True
         return False
 
