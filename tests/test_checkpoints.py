@@ -59,8 +59,12 @@ def test_completes_when_every_expected_attempt_acked(running_pipeline):
     checkpoints.complete_or_expire(EPOCH)
     assert Checkpoint.objects.get(id=checkpoint.id).state == "COMPLETED"
     assert Pipeline.objects.get(id=running_pipeline.id).checkpoints_completed == 1
-    assert checkpoints.own_state(checkpoint.id, groups[1].id, 1) == {"splits": {}, "sinks": [{}]}
-    assert checkpoints.own_state(checkpoint.id, groups[1].id, 2) is None  # another attempt
+    assert checkpoints.completed_since(groups[1].id, 1, 0) == (
+        checkpoint.id,
+        {"splits": {}, "sinks": [{}]},
+    )
+    assert checkpoints.completed_since(groups[1].id, 1, checkpoint.id) is None  # committed
+    assert checkpoints.completed_since(groups[1].id, 2, 0) is None  # another attempt
 
 
 def test_times_out_after_checkpoint_timeout(running_pipeline):

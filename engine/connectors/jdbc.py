@@ -359,6 +359,11 @@ class ExactlyOnceJdbcWriter(SinkWriter):
             untagged=sql.SQL(" OR keel_checkpoint IS NULL" if include_untagged else ""),
         )
         with self.conn.cursor() as cur:
+            # One commit of this writer's rows at a time (a fenced attempt may still be
+            # committing): the second sees the rows the first moved as gone.
+            cur.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"keel-commit:{self.writer}",)
+            )
             cur.execute(
                 _insert_from(
                     self.table,

@@ -181,16 +181,26 @@ class CheckpointedLocalFileWriter(LocalFileWriter):
         self.tmp_dir = directory / TMP_DIR
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         restored = context.get("restoredCheckpoint")
-        for pending in self.tmp_dir.glob(f"{self.key}.ckpt-*.{self.ext}"):
-            number = int(pending.name.split(".ckpt-")[1].split(".")[0])
-            if restored is not None and number <= restored:
-                os.replace(pending, self.published(number))
-            else:
-                pending.unlink()
+        self._publish_upto(restored if restored is not None else -1)
+        for _, pending in self._pending_parts():
+            pending.unlink()
         for stale in self.tmp_dir.glob(f"{self.key}.attempt-*"):
             stale.unlink()
         self.sealed = 0
         self._open()
+
+    def _pending_parts(self) -> list[tuple[int, Path]]:
+        """(checkpoint id, path) of the parts sealed at a barrier and not published, in order."""
+        parts = [
+            (int(path.name.split(".ckpt-")[1].split(".")[0]), path)
+            for path in self.tmp_dir.glob(f"{self.key}.ckpt-*.{self.ext}")
+        ]
+        return sorted(parts)
+
+    def _publish_upto(self, checkpoint_id: int) -> None:
+        for number, pending in self._pending_parts():
+            if number <= checkpoint_id:
+                os.replace(pending, self.published(number))
 
     def published(self, checkpoint_id: int) -> Path:
         return Path(self.config["path"]) / f"{self.key}-{checkpoint_id:012d}.{self.ext}"
@@ -223,16 +233,14 @@ class CheckpointedLocalFileWriter(LocalFileWriter):
         return {"checkpoint": checkpoint_id}
 
     def commit(self, state: dict) -> None:
-        number = state["checkpoint"]
-        pending = self.pending(number)
-        if pending.exists():
-            os.replace(pending, self.published(number))
+        """Checkpoint N completed: publish its part and every earlier one still pending (a
+        rename each, so committing twice changes nothing)."""
+        self._publish_upto(state["checkpoint"])
 
     def close(self) -> None:
-        """A batch pipeline finished: publish what is pending and what was written since."""
-        for pending in sorted(self.tmp_dir.glob(f"{self.key}.ckpt-*.{self.ext}")):
-            number = int(pending.name.split(".ckpt-")[1].split(".")[0])
-            os.replace(pending, self.published(number))
+        """The reader ended. Checkpointed, it did so after committing its final checkpoint, so
+        what is left (parts of later barriers, rows since) is empty: published as before."""
+        self._publish_upto(2**62)
         os.replace(self._seal(), Path(self.config["path"]) / f"{self.key}-end.{self.ext}")
 
     def abort(self) -> None:

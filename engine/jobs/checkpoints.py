@@ -37,13 +37,20 @@ BARRIER_RESEND = 2.0
 
 
 def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
-    """Start a checkpoint for every RUNNING pipeline whose interval has passed. Returns the
-    barriers to send once committed: (checkpoint id, task group attempt)."""
+    """Start a checkpoint for every RUNNING pipeline whose interval has passed, or one of whose
+    readers read all its input since the last one (its final checkpoint). Returns the barriers
+    to send once committed: (checkpoint id, task group attempt)."""
     now = timezone.now()
     candidates = (
         Pipeline.objects.filter(status=ExecutionStatus.RUNNING, job__status=JobStatus.RUNNING)
         .exclude(checkpoints__state=CheckpointState.PENDING)
-        .annotate(last=Max("checkpoints__triggered_at"))
+        .annotate(
+            last=Max("checkpoints__triggered_at"),
+            input_ended=Max(
+                "task_groups__input_ended_at",
+                filter=Q(task_groups__status=ExecutionStatus.RUNNING),
+            ),
+        )
         .select_related("job")
     )
     due = []
@@ -51,7 +58,11 @@ def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
         interval = pipeline.job.env.get("checkpoint.interval") or 0
         if interval <= 0:
             continue
-        if pipeline.last is None or pipeline.last <= now - timedelta(milliseconds=interval):
+        if (
+            pipeline.last is None
+            or pipeline.last <= now - timedelta(milliseconds=interval)
+            or (pipeline.input_ended is not None and pipeline.input_ended >= pipeline.last)
+        ):
             due.append(pipeline)
     if not due:
         return []
@@ -65,9 +76,15 @@ def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
                 .filter(pipeline=pipeline, status=ExecutionStatus.RUNNING)
                 .values_list(*Deployment.FIELDS)
             )
-            total = TaskGroup.objects.filter(pipeline=pipeline).count()
-            if len(groups) != total:
-                continue  # some task group is not running (e.g. finished batch reader)
+            # A FINISHED reader committed all it read (after its final checkpoint): it takes
+            # no more barriers. Any other task group not running makes this no time for one.
+            unfinished = (
+                TaskGroup.objects.filter(pipeline=pipeline)
+                .exclude(status=ExecutionStatus.FINISHED)
+                .count()
+            )
+            if not groups or len(groups) != unfinished:
+                continue
             targets = [Deployment.of(row) for row in groups]
             checkpoint = Checkpoint.objects.create(
                 job_id=pipeline.job_id,
@@ -165,15 +182,19 @@ def complete_or_expire(
         }
         expected = {(tg, a) for tg, a in checkpoint.expected.items()}
         timeout = timedelta(milliseconds=checkpoint.job.env.get("checkpoint.timeout") or 60000)
-        current = {
-            (str(tg), a)
-            for tg, a in TaskGroup.objects.filter(pipeline_id=checkpoint.pipeline_id).values_list(
-                "id", "attempt"
-            )
-        }
+        groups = TaskGroup.objects.filter(pipeline_id=checkpoint.pipeline_id).values_list(
+            "id", "attempt", "status"
+        )
+        current = {(str(tg), a) for tg, a, _ in groups}
+        # A reader that FINISHED after the barrier went out committed all it read (its final
+        # checkpoint came before): it owes no ack, and a restore leaves its splits done.
+        finished = {(str(tg), a) for tg, a, status in groups if status == ExecutionStatus.FINISHED}
         if not expected <= current:
             state, reason = CheckpointState.FAILED, "a task group was redeployed before every ack"
-        elif expected <= acks:
+        elif checkpoint.job.status in (JobStatus.CANCELING, JobStatus.CANCELED):
+            # Its readers commit what completed as they stop: nothing may complete after.
+            state, reason = CheckpointState.FAILED, "job cancelled before every commit"
+        elif expected <= acks | finished:
             state, reason = CheckpointState.COMPLETED, ""
         elif checkpoint.pipeline.status != ExecutionStatus.RUNNING:
             state = CheckpointState.FAILED
@@ -261,15 +282,24 @@ def reader_state(checkpoint: Checkpoint, task_group_id: int) -> dict:
     return ack.state if ack else {}
 
 
-def own_state(checkpoint_id: int, task_group_id: int, attempt: int) -> dict | None:
-    """This attempt's snapshot for a COMPLETED checkpoint (what its sinks must commit)."""
+def completed_since(task_group_id: int, attempt: int, after: int) -> tuple[int, dict] | None:
+    """The newest COMPLETED checkpoint after ``after`` that this attempt acked, and its
+    snapshot: what its sinks must commit (committing it commits every earlier one too)."""
     return (
         TaskCheckpoint.objects.filter(
-            checkpoint_id=checkpoint_id,
+            checkpoint_id__gt=after,
             checkpoint__state=CheckpointState.COMPLETED,
             task_group_id=task_group_id,
             attempt=attempt,
         )
-        .values_list("state", flat=True)
+        .order_by("-checkpoint_id")
+        .values_list("checkpoint_id", "state")
         .first()
     )
+
+
+def record_commit(checkpoint_id: int, task_group_id: int, attempt: int) -> None:
+    """The task group committed its sinks' state for ``checkpoint_id`` (and every earlier)."""
+    TaskCheckpoint.objects.filter(
+        checkpoint_id=checkpoint_id, task_group_id=task_group_id, attempt=attempt
+    ).update(committed_at=Now())

@@ -109,6 +109,23 @@ def report_metrics(
     )
 
 
+def mark_input_ended(task_group_id: int, attempt: int, member_id: int) -> bool:
+    """A checkpointed batch reader read all its input (the master triggers its final
+    checkpoint at once); False if this attempt is no longer ours."""
+    return (
+        TaskGroup.objects.on_alive_members()
+        .filter(
+            id=task_group_id,
+            attempt=attempt,
+            member_id=member_id,
+            status=ExecutionStatus.RUNNING,
+            input_ended_at__isnull=True,
+        )
+        .update(input_ended_at=Now())
+        == 1
+    )
+
+
 def finish_task_group(
     task_group_id: int,
     attempt: int,

@@ -67,6 +67,7 @@ def deploy_on(
         group.source_received = group.sink_written = 0
         group.rows_per_second = 0.0
         group.deployed_at = group.updated_at = Now()
+        group.input_ended_at = None
         name, member_uuid = members[member_id]
         deployments.append(Deployment(group.id, group.attempt, name, str(member_uuid)))
         events.append(
@@ -94,6 +95,7 @@ def deploy_on(
             "sink_written",
             "rows_per_second",
             "deployed_at",
+            "input_ended_at",
             "updated_at",
         ],
     )

@@ -136,6 +136,8 @@ def run_reader(
     on_progress: Callable[[Counters, dict], None],
     on_split_done: Callable[[str, int], None],
     on_boundary: Callable[[dict, Chain], None] | None = None,
+    input_done: Callable[[Chain], bool] = lambda chain: True,
+    on_stopped: Callable[[Chain], None] = lambda chain: None,
 ) -> Counters:
     """Read every assigned split from its offset through the chain. Returns the counters.
 
@@ -144,7 +146,10 @@ def run_reader(
     ``on_boundary`` between two batches with the positions of every split
     ({splitId: {offset, done}}) and the chain: where barriers and commits are handled, so a
     checkpoint cut is ordered with the data. A STREAMING reader never ends by itself: with no
-    (more) splits it idles, still handling its mailbox, until stopped.
+    (more) splits it idles, still handling its mailbox, until stopped. A BATCH reader whose
+    input is read idles the same way until ``input_done(chain)`` says it may end (a checkpointed
+    reader: once its final checkpoint is committed), then closes its sinks. Stopped (cancel),
+    it calls ``on_stopped`` before aborting its sinks: what completed is committed first.
     """
     started, cpu_started = time.monotonic(), time.thread_time()
     source, chain = compile_chain(plan, context)
@@ -188,13 +193,15 @@ def run_reader(
                 break
             positions[split_id]["done"] = True
             on_split_done(split_id, offset)
-        while mode == JobMode.STREAMING and not stop.is_set():
+        while not stop.is_set() and (mode == JobMode.STREAMING or not input_done(chain)):
             tick({})
             stop.wait(0.05)
         if not stop.is_set():
             for path, _, writer in chain.sinks:
                 guarded(path, writer.close)
             completed = True
+        else:
+            on_stopped(chain)
     finally:
         counters.roll()
         counters.busy_seconds = time.monotonic() - started

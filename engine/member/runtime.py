@@ -16,6 +16,7 @@ from django.db import close_old_connections, connections
 
 from engine.cluster.membership import MemberSession
 from engine.jobs import checkpoints, lifecycle, splits
+from engine.member.commits import ReaderCommits
 from engine.member.dataplane import Chain, Counters, PluginFailure, guarded, instantiate, run_reader
 from engine.member.mailbox import Barrier, Commit, Mailbox, Message
 from engine.models import TaskGroup
@@ -141,14 +142,23 @@ class TaskGroupThread(threading.Thread):
             if not self.still_current():
                 self.stop.set()
                 return Counters()
+        restored = getattr(checkpoints.latest_completed(pipeline.id), "id", None)
+        checkpointing = bool(group.job.env.get("checkpoint.interval"))
+        commits = ReaderCommits(
+            self.task_group_id,
+            self.attempt,
+            self.member_id,
+            checkpointing=checkpointing,
+            restored=restored,
+        )
         context = {
             "jobId": group.job_id,
             "pipelineId": pipeline.index,
             "readerIndex": group.index,
             "attempt": self.attempt,
             "jobName": group.job.name,
-            "checkpointing": bool(group.job.env.get("checkpoint.interval")),
-            "restoredCheckpoint": getattr(checkpoints.latest_completed(pipeline.id), "id", None),
+            "checkpointing": checkpointing,
+            "restoredCheckpoint": restored,
         }
 
         def progress(counters: Counters, offsets: dict) -> None:
@@ -169,7 +179,10 @@ class TaskGroupThread(threading.Thread):
             splits.mark_done(pipeline.id, split_id, offset)
 
         def boundary(positions: dict, chain: Chain) -> None:
-            self.mailbox.drain(lambda message: self.handle_at_boundary(message, positions, chain))
+            self.mailbox.drain(
+                lambda message: self.handle_at_boundary(message, positions, chain, commits)
+            )
+            commits.apply(chain)
 
         return run_reader(
             pipeline.plan,
@@ -180,28 +193,28 @@ class TaskGroupThread(threading.Thread):
             progress,
             split_done,
             boundary,
+            commits.input_done,
+            commits.on_stopped,
         )
 
-    def handle_at_boundary(self, message: Message, positions: dict, chain: Chain) -> None:
+    def handle_at_boundary(
+        self, message: Message, positions: dict, chain: Chain, commits: ReaderCommits
+    ) -> None:
         """A reader's barrier or commit, between two batches."""
         if self.first_barrier(message):
             sinks = [
                 guarded(path, writer.prepare_commit, message.checkpoint_id)
                 for path, _, writer in chain.sinks
             ]
-            checkpoints.acknowledge(
+            if checkpoints.acknowledge(
                 message.checkpoint_id,
                 self.task_group_id,
                 self.attempt,
                 {"splits": positions, "sinks": sinks},
-            )
+            ):
+                commits.on_barrier(message.checkpoint_id, positions)
         elif isinstance(message, Commit):
-            state = checkpoints.own_state(message.checkpoint_id, self.task_group_id, self.attempt)
-            if state is not None:
-                for (path, _, writer), sink_state in zip(
-                    chain.sinks, state.get("sinks", []), strict=False
-                ):
-                    guarded(path, writer.commit, sink_state)
+            commits.apply(chain, now=True)
 
 
 class MemberRuntime:

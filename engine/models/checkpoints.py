@@ -45,6 +45,8 @@ class TaskCheckpoint(models.Model):
     attempt = models.IntegerField()
     state = OrderedJSONField()
     acked_at = models.DateTimeField(db_default=Now())
+    #: When the task group committed its sinks' state for this (completed) checkpoint.
+    committed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

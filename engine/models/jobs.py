@@ -120,6 +120,9 @@ class TaskGroup(models.Model):
     busy_seconds = models.FloatField(default=0.0)
     cpu_seconds = models.FloatField(default=0.0)
     deployed_at = models.DateTimeField(null=True, blank=True)
+    #: A checkpointed batch reader read all its input: it now waits for the checkpoint that
+    #: includes its end (its final checkpoint, triggered at once) and commits it before it ends.
+    input_ended_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(db_default=Now())
 
     objects = TaskGroupQuerySet.as_manager()

@@ -1,0 +1,83 @@
+"""A reader's side of checkpoint commits: durable, in order, up to the newest completed.
+
+The record of a commit to make is the COMPLETED checkpoint row and this attempt's ack in it; the
+commit command is only a hint. A reader applies the newest completed checkpoint it acked when
+told, and on its own every POLL_INTERVAL, so a dropped or lost command (a full mailbox, a broker
+outage, a master that died) delays a commit by that much at most. Committing N commits every
+earlier checkpoint too. A checkpointed batch reader that has read all its input ends only once
+the checkpoint whose snapshot holds its end (its final checkpoint) is committed: a restore
+never replays what it committed, and it commits nothing no checkpoint covers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from engine.jobs import checkpoints, lifecycle
+from engine.member.dataplane import Chain, guarded
+
+log = logging.getLogger("keel.commits")
+POLL_INTERVAL = 0.5
+
+
+class ReaderCommits:
+    def __init__(
+        self,
+        task_group_id: int,
+        attempt: int,
+        member_id: int,
+        *,
+        checkpointing: bool,
+        restored: int | None,
+    ) -> None:
+        self.task_group_id = task_group_id
+        self.attempt = attempt
+        self.member_id = member_id
+        self.checkpointing = checkpointing
+        #: The newest checkpoint whose sink states are committed (the sinks' constructors
+        #: commit the one a restore starts from).
+        self.committed = restored or 0
+        #: The first checkpoint whose snapshot has every split of this reader read to the end.
+        self.final: int | None = None
+        self.input_ended = False
+        self.next_poll = 0.0
+
+    def on_barrier(self, checkpoint_id: int, positions: dict) -> None:
+        if self.final is None and all(p["done"] for p in positions.values()):
+            self.final = checkpoint_id
+
+    def apply(self, chain: Chain, now: bool = False) -> None:
+        """Commit the newest completed checkpoint not committed yet: at once when ``now``,
+        else at most every POLL_INTERVAL."""
+        if not self.checkpointing:
+            return
+        clock = time.monotonic()
+        if not now and clock < self.next_poll:
+            return
+        self.next_poll = clock + POLL_INTERVAL
+        found = checkpoints.completed_since(self.task_group_id, self.attempt, self.committed)
+        if found is None:
+            return
+        checkpoint_id, state = found
+        for (path, _, writer), sink_state in zip(chain.sinks, state.get("sinks", []), strict=False):
+            guarded(path, writer.commit, sink_state)
+        self.committed = checkpoint_id
+        checkpoints.record_commit(checkpoint_id, self.task_group_id, self.attempt)
+
+    def input_done(self, chain: Chain) -> bool:
+        """Called while a batch reader whose input is read idles: may it end now?"""
+        if not self.checkpointing:
+            return True
+        if not self.input_ended:
+            self.input_ended = True
+            lifecycle.mark_input_ended(self.task_group_id, self.attempt, self.member_id)
+        self.apply(chain)
+        return self.final is not None and self.committed >= self.final
+
+    def on_stopped(self, chain: Chain) -> None:
+        """Cancelled (or fenced): what completed is committed before the sinks are aborted."""
+        try:
+            self.apply(chain, now=True)
+        except Exception:
+            log.warning("task group %s could not commit on stop", self.task_group_id, exc_info=True)

@@ -1,0 +1,129 @@
+"""Commits of completed checkpoints are durable: applied up to N, recorded, and made by a
+cancelled job's readers before their sinks are aborted."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import psycopg
+import pytest
+
+from engine.connectors.localfile import CheckpointedLocalFileWriter
+from engine.connectors.schema import Schema
+from engine.jobs import checkpoints
+from engine.jobs.submission import submit_job
+from engine.member.commits import ReaderCommits
+from engine.member.dataplane import Chain
+from engine.models import TaskCheckpoint, TaskGroup
+from tests.clusterkit import Cluster, wait_for
+from tests.test_jobs_cluster import data_db, post, submit, wait_status
+
+__all__ = ["data_db"]  # a fixture shared with the jobs tests
+
+
+def test_a_localfile_commit_publishes_every_pending_part_up_to_n(tmp_path):
+    """Commit 1 was never delivered: committing 2 publishes parts 1 and 2, not 3."""
+    config = {"path": str(tmp_path), "file_format_type": "csv", "field_delimiter": ","}
+    config["header"] = False
+    writer = CheckpointedLocalFileWriter(
+        config, Schema((("id", "bigint"),)), {"jobId": 1, "attempt": 1}
+    )
+    for checkpoint in (1, 2, 3):
+        writer.write([(checkpoint,)])
+        writer.prepare_commit(checkpoint)
+    writer.commit({"checkpoint": 2})
+    writer.abort()
+    published = sorted(p.read_text() for p in tmp_path.glob("part-*.csv"))
+    assert published == ["1\n", "2\n"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reader_commits_a_completed_checkpoint_whose_command_never_came(engine, tmp_path):
+    """The COMPLETED row and the reader's ack are the record: the reader commits from them on
+    its own (its poll), once, and records it; no commit command is needed."""
+    engine.add_member(slots=4)
+    job = submit_job(
+        "env { job.mode = STREAMING, parallelism = 1, checkpoint.interval = 1000 }\n"
+        "source { FakeSource { } }\nsink { Blackhole { } }"
+    )
+    engine.schedule()
+    engine.run_deployed()
+    groups = {g.kind: g for g in TaskGroup.objects.filter(job=job)}
+    enumerator, reader = groups["ENUMERATOR"], groups["READER"]
+    checkpoint_id = checkpoints.trigger_due(engine.epoch)[0][0]
+    config = {"path": str(tmp_path), "file_format_type": "csv", "field_delimiter": ","}
+    config["header"] = False
+    writer = CheckpointedLocalFileWriter(
+        config, Schema((("id", "bigint"),)), {"jobId": job.id, "attempt": reader.attempt}
+    )
+    writer.write([(7,)])
+    sink_state = writer.prepare_commit(checkpoint_id)
+    assert checkpoints.acknowledge(checkpoint_id, enumerator.id, enumerator.attempt, {})
+    assert checkpoints.acknowledge(
+        checkpoint_id, reader.id, reader.attempt, {"splits": {}, "sinks": [sink_state]}
+    )
+    assert checkpoints.complete_or_expire(engine.epoch) == 1  # its commit command: lost
+    commits = ReaderCommits(
+        reader.id, reader.attempt, reader.member_id, checkpointing=True, restored=None
+    )
+    chain = Chain(steps={}, sinks=[("sink[0].LocalFile", "s0", writer)])
+    commits.apply(chain)
+    writer.abort()
+    assert [p.read_text() for p in tmp_path.glob("part-*.csv")] == ["7\n"]
+    assert commits.committed == checkpoint_id
+    ack = TaskCheckpoint.objects.get(checkpoint_id=checkpoint_id, task_group=reader)
+    assert ack.committed_at is not None
+
+
+@pytest.fixture(scope="module")
+def sc(db_template):
+    with Cluster(db_template, masters=1, workers=1, slots=4) as c:
+        yield c
+
+
+@pytest.mark.cluster
+def test_a_cancelled_job_commits_the_checkpoint_that_completed(sc, data_db):
+    """Streaming FakeSource -> Jdbc, checkpoints every 300 ms, cancelled: the target holds
+    exactly the rows of the newest completed checkpoint, whose commit every reader recorded."""
+    with psycopg.connect(data_db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE dst (id bigint, name text)")
+    url = "jdbc:" + data_db.replace("postgres://", "postgresql://")
+    job_id = submit(
+        sc,
+        textwrap.dedent(f"""
+        env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 300 }}
+        source {{ FakeSource {{ split.num = 2, rows.per-second = 2000,
+                               schema {{ fields {{ id = bigint, name = string }} }} }} }}
+        sink {{ Jdbc {{ url = "{url}", table = dst }} }}
+    """),
+    )
+    wait_for(
+        lambda: (
+            sc.one("SELECT checkpoints_completed FROM engine_pipeline WHERE job_id = %s", (job_id,))
+            >= 3
+        ),
+        30,
+        interval=0.05,
+        what="three checkpoints",
+    )
+    assert post(sc, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
+    assert wait_status(sc, job_id, {"CANCELED", "FAILED", "FINISHED"})["jobStatus"] == "CANCELED"
+    checkpoint_id = sc.one(
+        "SELECT max(id) FROM engine_checkpoint WHERE job_id = %s AND state = 'COMPLETED'",
+        (job_id,),
+    )
+    acks = sc.query(
+        """
+        SELECT a.state, a.committed_at IS NOT NULL
+          FROM engine_taskcheckpoint a JOIN engine_taskgroup g ON g.id = a.task_group_id
+         WHERE a.checkpoint_id = %s AND g.kind = 'READER'
+        """,
+        (checkpoint_id,),
+    )
+    assert len(acks) == 2 and all(committed for _, committed in acks)
+    states = [json.loads(state) if isinstance(state, str) else state for state, _ in acks]
+    cut = sum(p["offset"] for state in states for p in state["splits"].values())
+    with psycopg.connect(data_db) as conn:
+        rows, distinct = conn.execute("SELECT count(*), count(DISTINCT id) FROM dst").fetchone()
+    assert (rows, distinct) == (cut, cut)
