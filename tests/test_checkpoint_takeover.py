@@ -31,8 +31,9 @@ sink { Blackhole { } }
 
 def barriers_on(broker: redis.Redis, queue: str) -> list[list]:
     """The barrier commands waiting on a member's queue (their args), consumed."""
-    sent = [json.loads(message)["headers"] for message in broker.lrange(queue, 0, -1)]
-    broker.delete(queue)
+    with broker.pipeline(transaction=True) as pipe:  # read and empty it in one step
+        messages, _ = pipe.lrange(queue, 0, -1).delete(queue).execute()
+    sent = [json.loads(message)["headers"] for message in messages]
     return sorted(
         json.loads(h["argsrepr"].replace("'", '"'))
         for h in sent
