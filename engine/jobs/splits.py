@@ -1,13 +1,34 @@
 """Split assignments: the enumerator assigns a pipeline's splits to its readers, each reader
-records how far it has read, and a restore puts them back at a checkpoint's positions."""
+records how far it has read, and a restore puts them back at a checkpoint's positions.
+
+A reader's writes are fenced by its attempt and member in the statement itself: a REMOVED
+member woken from a freeze, or an attempt the master replaced, changes nothing."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import Exists
 
-from engine.models import Pipeline, SplitAssignment
+from engine.models import Pipeline, SplitAssignment, TaskGroup
+
+
+@dataclass(frozen=True)
+class Reader:
+    """The attempt of a reader task group on its member: whose writes these are."""
+
+    task_group_id: int
+    attempt: int
+    member_id: int
+
+    def owns(self) -> Exists:
+        return Exists(
+            TaskGroup.objects.live()
+            .on_alive_members()
+            .filter(id=self.task_group_id, attempt=self.attempt, member_id=self.member_id)
+        )
 
 
 def assign(pipeline_id: int, splits: list[dict], readers: int, owned: Callable[[], bool]) -> bool:
@@ -47,16 +68,25 @@ def unread(pipeline_id: int, reader_index: int) -> list[dict]:
     ]
 
 
-def record_offsets(pipeline_id: int, offsets: dict[str, int]) -> None:
+def record_offsets(reader: Reader, pipeline_id: int, offsets: dict[str, int]) -> bool:
+    """How far ``reader`` has read; False (nothing written) if the attempt is not current."""
+    written = True
     for split_id, offset in offsets.items():
-        SplitAssignment.objects.filter(pipeline_id=pipeline_id, split_id=split_id).update(
-            offset=offset
-        )
+        written = (
+            SplitAssignment.objects.filter(pipeline_id=pipeline_id, split_id=split_id)
+            .filter(reader.owns())
+            .update(offset=offset)
+            == 1
+        ) and written
+    return written
 
 
-def mark_done(pipeline_id: int, split_id: str, offset: int) -> None:
-    SplitAssignment.objects.filter(pipeline_id=pipeline_id, split_id=split_id).update(
-        offset=offset, done=True
+def mark_done(reader: Reader, pipeline_id: int, split_id: str, offset: int) -> bool:
+    return (
+        SplitAssignment.objects.filter(pipeline_id=pipeline_id, split_id=split_id)
+        .filter(reader.owns())
+        .update(offset=offset, done=True)
+        == 1
     )
 
 

@@ -142,6 +142,7 @@ class TaskGroupThread(threading.Thread):
             if not self.still_current():
                 self.stop.set()
                 return Counters()
+        reader = splits.Reader(self.task_group_id, self.attempt, self.member_id)
         restored = getattr(checkpoints.latest_completed(pipeline.id), "id", None)
         checkpointing = bool(group.job.env.get("checkpoint.interval"))
         commits = ReaderCommits(
@@ -173,10 +174,11 @@ class TaskGroupThread(threading.Thread):
             if not owned:
                 self.stop.set()  # the master moved on: stop at once
                 return
-            splits.record_offsets(pipeline.id, offsets)
+            splits.record_offsets(reader, pipeline.id, offsets)
 
         def split_done(split_id: str, offset: int) -> None:
-            splits.mark_done(pipeline.id, split_id, offset)
+            if not splits.mark_done(reader, pipeline.id, split_id, offset):
+                self.stop.set()  # not ours any more
 
         def boundary(positions: dict, chain: Chain) -> None:
             self.mailbox.drain(
