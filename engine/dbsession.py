@@ -21,6 +21,11 @@ SERVER_KEEPALIVES = (
 #: PostgreSQL ends such sessions. Kept below half the master lease (3 s) so a frozen holder of a
 #: lock cannot make a healthy master miss its renewal.
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 1500
+#: No lock wait of an engine process (a worker's report, a web request) lasts longer: a stuck
+#: holder costs a retry, never a stalled engine.
+LOCK_TIMEOUT_MS = 5000
+#: Set by ``manage.py web`` for the daphne process it becomes (see keel/asgi.py).
+GUARDED_SESSIONS_ENV = "KEEL_GUARDED_SESSIONS"
 
 
 def django_application_name(process_name: str, pid: int) -> str:
@@ -54,8 +59,11 @@ def _configure_engine_session(sender, connection, **kwargs) -> None:
         cur.execute(
             "SET idle_in_transaction_session_timeout = %s", [IDLE_IN_TRANSACTION_TIMEOUT_MS]
         )
+        cur.execute("SET lock_timeout = %s", [LOCK_TIMEOUT_MS])
 
 
 def configure_engine_sessions() -> None:
-    """Apply the engine's session settings to every Django connection of this process."""
+    """Apply the engine's session settings to every Django connection of this process (the
+    master, a worker, the web process): a frozen process's open transaction is ended by
+    PostgreSQL, and no lock wait is unbounded."""
     connection_created.connect(_configure_engine_session, dispatch_uid="keel-engine-session")

@@ -15,6 +15,11 @@ from django.core.asgi import get_asgi_application
 
 http_application = get_asgi_application()
 
+from engine.dbsession import GUARDED_SESSIONS_ENV, configure_engine_sessions  # noqa: E402
+
+if os.environ.get(GUARDED_SESSIONS_ENV):
+    configure_engine_sessions()
+
 import dashboard.routing  # noqa: E402
 
 if not settings.PRODUCTION:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from rest_framework import exceptions
+from django.db import InterfaceError, OperationalError
+from rest_framework import exceptions, status
+from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 
@@ -24,6 +26,14 @@ def _flatten(detail, path: str = "") -> list[dict]:
 
 
 def exception_handler(exc, context):
+    if isinstance(exc, OperationalError | InterfaceError):
+        # The database went away, or ended this request's session (a lock or transaction
+        # timeout): nothing was committed, and the same request may simply be sent again.
+        return Response(
+            {"detail": "the engine's database did not complete the request; retry it"},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": "1"},
+        )
     response = drf_exception_handler(exc, context)
     if response is not None and isinstance(exc, exceptions.ValidationError):
         detail = exc.detail

@@ -7,6 +7,7 @@ import sys
 
 from django.core.management.base import BaseCommand
 
+from engine.dbsession import GUARDED_SESSIONS_ENV
 from engine.services import require_services
 
 
@@ -30,4 +31,7 @@ class Command(BaseCommand):
             "keel.asgi:application",
         ]
         sys.stdout.flush()
+        # A frozen web process must not stall the engine: its sessions get the engine's
+        # timeouts (an open transaction, with the job or event-append lock, is ended).
+        os.environ[GUARDED_SESSIONS_ENV] = "1"
         os.execv(daphne, argv)

@@ -1,0 +1,66 @@
+"""A frozen web process does not stall the engine: PostgreSQL ends its open transaction (with
+the event-append lock it holds) after the engine's idle-in-transaction timeout."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import psycopg
+import pytest
+
+from engine.locks import EVENT_APPEND
+from tests.clusterkit import Cluster, wait_for
+from tests.test_jobs_cluster import post, submit
+
+pytestmark = pytest.mark.cluster
+
+STREAMING = """
+env { job.mode = STREAMING, parallelism = 1, checkpoint.interval = 200 }
+source { FakeSource { rows.per-second = 100 } }
+sink { Blackhole { } }
+"""
+
+
+def test_a_web_process_frozen_inside_a_submit_stalls_nothing(db_template):
+    with Cluster(db_template, masters=1, workers=1, slots=4) as c:
+        job_id = submit(c, STREAMING)
+
+        def completed() -> int:
+            return c.one(
+                "SELECT checkpoints_completed FROM engine_pipeline WHERE job_id = %s", (job_id,)
+            )
+
+        wait_for(lambda: completed() >= 2, 30, interval=0.05, what="checkpoints")
+
+        def web_waits_on_a_lock() -> bool:
+            return c.one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'keel:web:%%'"
+                " AND wait_event_type = 'Lock'"
+            )
+
+        # Hold the event-append lock until the web's submit waits for it, freeze the web
+        # process, then let go: its session takes the lock, and its process never commits.
+        with psycopg.connect(c.database_url) as holder:
+            holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", EVENT_APPEND)
+            answers: list[int] = []
+            request = threading.Thread(
+                target=lambda: answers.append(post(c, "/api/v1/jobs", {"config": STREAMING})[0]),
+                daemon=True,
+            )
+            request.start()
+            wait_for(web_waits_on_a_lock, 10, what="the submit to wait for the append lock")
+            c.signal("web", signal.SIGSTOP)
+        try:
+            before = completed()
+            wait_for(lambda: completed() >= before + 3, 10, interval=0.05, what="checkpoints again")
+            assert not c.one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'keel:web:%%'"
+                " AND state LIKE 'idle in transaction%%'"
+            )
+        finally:
+            c.signal("web", signal.SIGCONT)
+        # Woken, the web process answers that nothing was committed: send it again.
+        request.join(30)
+        assert answers == [503]
+        assert c.one("SELECT count(*) FROM engine_job") == 1
