@@ -192,17 +192,20 @@ def remove_member(epoch: int, member_id: int, reason: str) -> bool:
 
 
 def _end_member_sessions(member: Member) -> None:
-    """End every session of a removed member (its membership session and its Django sessions),
-    so a frozen member that wakes finds itself fenced and cannot finish a half-done write."""
+    """End every session of a removed member (its membership session, its Django sessions and
+    its sink sessions in any database of this server), so a frozen member that wakes finds
+    itself fenced and cannot finish a half-done write."""
     with connection.cursor() as cur:
         cur.execute(
             """
             SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-             WHERE datname = current_database() AND application_name IN (%s, %s)
+             WHERE (datname = current_database() AND application_name IN (%s, %s))
+                OR application_name LIKE %s
             """,
             [
                 member_application_name(member.uuid),
                 django_application_name(member.name, member.pid),
+                f"keel-sink:{member.uuid}:%",
             ],
         )
 

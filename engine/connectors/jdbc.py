@@ -1,9 +1,10 @@
 """Jdbc source and sink for PostgreSQL.
 
 The source splits a table by ranges of an integer partition column (the primary key by default)
-and streams each range with a server-side cursor. The sink writes each batch with COPY into a
-temporary table and one ``INSERT ... ON CONFLICT (primary_keys) DO UPDATE``: an upsert, so a
-replayed batch changes nothing.
+and streams each range with a server-side cursor. The sink's writers (engine.connectors
+.jdbc_writers) COPY each batch into a staging table and move it with one ``INSERT ... SELECT``:
+an upsert on ``primary_keys`` (a replayed batch changes nothing), or exactly once through
+checkpoints.
 """
 
 from __future__ import annotations
@@ -12,78 +13,17 @@ import psycopg
 from psycopg import sql
 
 from engine.connectors.base import Option, SinkPlugin, SinkWriter, SourcePlugin
+from engine.connectors.jdbc_writers import ExactlyOnceJdbcWriter, JdbcWriter
+from engine.connectors.pg import (
+    INTEGER_TYPES,
+    PG_TYPES,
+    connect,
+    primary_key,
+    table_columns,
+    table_ident,
+)
 from engine.connectors.registry import register
 from engine.connectors.schema import Schema
-
-PG_TYPES = {
-    "smallint": "int",
-    "integer": "int",
-    "bigint": "bigint",
-    "text": "string",
-    "character varying": "string",
-    "character": "string",
-    "double precision": "double",
-    "real": "float",
-    "numeric": "decimal",
-    "boolean": "boolean",
-    "date": "string",
-    "timestamp without time zone": "timestamp",
-    "timestamp with time zone": "timestamp",
-    "uuid": "string",
-    "json": "string",
-    "jsonb": "string",
-}
-INTEGER_TYPES = ("smallint", "integer", "bigint")
-
-
-def connect(config: dict, **kwargs) -> psycopg.Connection:
-    url = config["url"]
-    if url.startswith("jdbc:"):
-        url = url[len("jdbc:") :]
-    if not url.startswith(("postgresql://", "postgres://")):
-        raise ValueError("only PostgreSQL URLs are supported (jdbc:postgresql://host:port/db)")
-    return psycopg.connect(
-        url,
-        user=config.get("user") or None,
-        password=config.get("password") or None,
-        connect_timeout=5,
-        application_name="keel-jdbc",
-        **kwargs,
-    )
-
-
-def split_table(name: str) -> tuple[str, str]:
-    schema, _, table = name.rpartition(".")
-    return schema or "public", table
-
-
-def table_columns(conn: psycopg.Connection, table: str) -> list[tuple[str, str]]:
-    schema, name = split_table(table)
-    rows = conn.execute(
-        "SELECT column_name, data_type FROM information_schema.columns "
-        "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
-        (schema, name),
-    ).fetchall()
-    return [(r[0], r[1]) for r in rows]
-
-
-def primary_key(conn: psycopg.Connection, table: str) -> list[str]:
-    schema, name = split_table(table)
-    rows = conn.execute(
-        """
-        SELECT a.attname FROM pg_index i
-          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
-         WHERE i.indrelid = (quote_ident(%s) || '.' || quote_ident(%s))::regclass
-           AND i.indisprimary
-        """,
-        (schema, name),
-    ).fetchall()
-    return [r[0] for r in rows]
-
-
-def _table_ident(table: str) -> sql.Identifier:
-    schema, name = split_table(table)
-    return sql.Identifier(schema, name)
 
 
 def _check_connection(config: dict) -> list[tuple[str, str]]:
@@ -153,7 +93,7 @@ class JdbcSource(SourcePlugin):
 
     def create_splits(self, mode: str) -> list[dict]:
         """Contiguous ranges of the partition column, plus one split for its NULLs."""
-        table = _table_ident(self.config["table"])
+        table = table_ident(self.config["table"])
         with connect(self.config) as conn:
             column = self._column(conn)
             order = [column, *[k for k in primary_key(conn, self.config["table"]) if k != column]]
@@ -189,7 +129,7 @@ class JdbcSource(SourcePlugin):
             params = [split["low"], split["high"]]
         order = sql.SQL(", ").join(sql.Identifier(c) for c in split.get("order", [split["column"]]))
         query = sql.SQL("SELECT * FROM {t} WHERE {w} ORDER BY {o} OFFSET %s").format(
-            t=_table_ident(self.config["table"]), w=where, o=order
+            t=table_ident(self.config["table"]), w=where, o=order
         )
         with connect(self.config) as conn, conn.transaction():
             with conn.cursor(name="keel_jdbc_source") as cur:
@@ -201,190 +141,6 @@ class JdbcSource(SourcePlugin):
                         return
                     offset += len(rows)
                     yield [tuple(r) for r in rows], offset
-
-
-def _insert_from(
-    table: sql.Composable,
-    cols: sql.Composable,
-    source: sql.Composable,
-    where: sql.Composable,
-    order: sql.Composable,
-    columns: list[str],
-    keys: list[str],
-) -> sql.Composed:
-    """INSERT INTO table SELECT ... FROM source: an upsert on ``keys`` (the last row of a key
-    wins), or a plain insert without keys."""
-    if not keys:
-        return sql.SQL("INSERT INTO {t} ({cols}) SELECT {cols} FROM {s} WHERE {w}").format(
-            t=table, cols=cols, s=source, w=where
-        )
-    key_list = sql.SQL(", ").join(sql.Identifier(k) for k in keys)
-    query = sql.SQL(
-        "INSERT INTO {t} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM {s} WHERE {w} "
-        "ORDER BY {keys}, {o} DESC ON CONFLICT ({keys}) "
-    ).format(t=table, cols=cols, keys=key_list, s=source, w=where, o=order)
-    updates = [c for c in columns if c not in keys]
-    if not updates:
-        return query + sql.SQL("DO NOTHING")
-    return (
-        query
-        + sql.SQL("DO UPDATE SET ")
-        + sql.SQL(", ").join(
-            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates
-        )
-    )
-
-
-class JdbcWriter(SinkWriter):
-    """At-least-once writer (no checkpoints): each batch is COPYed into a temporary table and
-    upserted (or inserted) at once."""
-
-    def __init__(self, config: dict, schema: Schema) -> None:
-        self.conn = connect(config, autocommit=False)
-        self.columns = schema.names
-        table = _table_ident(config["table"])
-        cols = sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
-        self.conn.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE keel_stage ON COMMIT DELETE ROWS AS "
-                "SELECT {cols} FROM {t} WITH NO DATA"
-            ).format(cols=cols, t=table)
-        )
-        self.conn.commit()
-        self.upsert = _insert_from(
-            table,
-            cols,
-            sql.Identifier("keel_stage"),
-            sql.SQL("true"),
-            sql.SQL("ctid"),
-            self.columns,
-            config["primary_keys"] or [],
-        )
-        self.copy = sql.SQL("COPY keel_stage ({cols}) FROM STDIN").format(cols=cols)
-
-    def write(self, rows: list[tuple]) -> None:
-        with self.conn.cursor() as cur:
-            with cur.copy(self.copy) as copy:
-                for row in rows:
-                    copy.write_row(row)
-            cur.execute(self.upsert)
-        self.conn.commit()
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def abort(self) -> None:
-        self.conn.close()
-
-
-class ExactlyOnceJdbcWriter(SinkWriter):
-    """Exactly-once writer for checkpointed jobs.
-
-    Rows go to a durable staging table ``<table>__keel_stage`` tagged with this writer's stable
-    key (job, pipeline, reader: the same for every attempt). At barrier N the untagged rows are
-    tagged N (pre-commit); when N completes they move to the target in one transaction and leave
-    the stage, so committing N twice changes nothing. A new attempt first finishes the commit of
-    the checkpoint it restores from, then drops every later staged row: those rows are replayed.
-    """
-
-    def __init__(self, config: dict, schema: Schema, context: dict) -> None:
-        self.conn = connect(config, autocommit=False)
-        self.columns = schema.names
-        self.keys = config["primary_keys"] or []
-        schema_name, name = split_table(config["table"])
-        self.table = sql.Identifier(schema_name, name)
-        self.stage = sql.Identifier(schema_name, f"{name}__keel_stage")
-        self.cols = sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
-        self.writer = (
-            f"{context.get('jobId')}-{context.get('pipelineId')}-{context.get('readerIndex')}"
-        )
-        # Readers of one job open their writers at the same moment: serialise the DDL (two
-        # concurrent CREATE TABLE IF NOT EXISTS can both try to create the table).
-        self.conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"keel-stage:{schema_name}.{name}",)
-        )
-        self.conn.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {stage} AS SELECT {cols} FROM {t} WITH NO DATA"
-            ).format(stage=self.stage, cols=self.cols, t=self.table)
-        )
-        for ddl in (
-            "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_writer text",
-            "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_checkpoint bigint",
-            "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_seq bigserial",
-        ):
-            self.conn.execute(sql.SQL(ddl).format(stage=self.stage))
-        self.conn.commit()
-        restored = context.get("restoredCheckpoint")
-        if restored is not None:
-            self._commit_upto(restored)
-        self.conn.execute(
-            sql.SQL(
-                "DELETE FROM {stage} WHERE keel_writer = %s AND "
-                "(keel_checkpoint IS NULL OR keel_checkpoint > %s)"
-            ).format(stage=self.stage),
-            (self.writer, restored if restored is not None else -1),
-        )
-        self.conn.commit()
-        self.copy = sql.SQL("COPY {stage} ({cols}, keel_writer) FROM STDIN").format(
-            stage=self.stage, cols=self.cols
-        )
-
-    def write(self, rows: list[tuple]) -> None:
-        with self.conn.cursor() as cur, cur.copy(self.copy) as copy:
-            for row in rows:
-                copy.write_row((*row, self.writer))
-        self.conn.commit()
-
-    def prepare_commit(self, checkpoint_id: int) -> dict:
-        self.conn.execute(
-            sql.SQL(
-                "UPDATE {stage} SET keel_checkpoint = %s WHERE keel_writer = %s "
-                "AND keel_checkpoint IS NULL"
-            ).format(stage=self.stage),
-            (checkpoint_id, self.writer),
-        )
-        self.conn.commit()
-        return {"writer": self.writer, "checkpoint": checkpoint_id}
-
-    def commit(self, state: dict) -> None:
-        self._commit_upto(state["checkpoint"])
-
-    def _commit_upto(self, checkpoint_id: int | None, include_untagged: bool = False) -> None:
-        if checkpoint_id is None:
-            checkpoint_id = 2**62 if include_untagged else -1
-        where = sql.SQL("keel_writer = {w} AND (keel_checkpoint <= {n}{untagged})").format(
-            w=sql.Literal(self.writer),
-            n=sql.Literal(checkpoint_id),
-            untagged=sql.SQL(" OR keel_checkpoint IS NULL" if include_untagged else ""),
-        )
-        with self.conn.cursor() as cur:
-            # One commit of this writer's rows at a time (a fenced attempt may still be
-            # committing): the second sees the rows the first moved as gone.
-            cur.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"keel-commit:{self.writer}",)
-            )
-            cur.execute(
-                _insert_from(
-                    self.table,
-                    self.cols,
-                    self.stage,
-                    where,
-                    sql.Identifier("keel_seq"),
-                    self.columns,
-                    self.keys,
-                )
-            )
-            cur.execute(sql.SQL("DELETE FROM {stage} WHERE {w}").format(stage=self.stage, w=where))
-        self.conn.commit()
-
-    def close(self) -> None:
-        """A batch pipeline finished: everything it wrote becomes visible."""
-        self._commit_upto(None, include_untagged=True)
-        self.conn.close()
-
-    def abort(self) -> None:
-        self.conn.close()
 
 
 @register
@@ -432,4 +188,4 @@ class JdbcSink(SinkPlugin):
     def writer(self, schema: Schema, context: dict) -> SinkWriter:
         if context.get("checkpointing"):
             return ExactlyOnceJdbcWriter(self.config, schema, context)
-        return JdbcWriter(self.config, schema)
+        return JdbcWriter(self.config, schema, context)

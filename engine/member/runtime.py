@@ -157,6 +157,7 @@ class TaskGroupThread(threading.Thread):
             "pipelineId": pipeline.index,
             "readerIndex": group.index,
             "attempt": self.attempt,
+            "memberUuid": str(self.runtime.member.uuid),
             "jobName": group.job.name,
             "checkpointing": checkpointing,
             "restoredCheckpoint": restored,

@@ -1,0 +1,255 @@
+"""The Jdbc sink's writers: at-least-once (no checkpoints) and exactly-once (checkpointed),
+and the sink sessions they write on."""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import sql
+
+from engine.connectors.base import SinkWriter
+from engine.connectors.pg import connect, split_table, table_ident
+from engine.connectors.schema import Schema
+
+#: A sink session never waits long or hangs: a lock held by a stuck session, a statement, or a
+#: transaction its (frozen) worker left open each end within these.
+SINK_SESSION_OPTIONS = (
+    "-c lock_timeout=10000 -c statement_timeout=300000 -c idle_in_transaction_session_timeout=10000"
+)
+
+
+def sink_application_name(member_uuid: str, writer: str, attempt: int) -> str:
+    """Names a sink session after its member, writer and attempt: the master ends a removed
+    member's sink sessions, and a writer's next attempt ends those of the older ones."""
+    return f"keel-sink:{member_uuid}:{writer}:{attempt}"
+
+
+def connect_sink(config: dict, context: dict, writer: str) -> psycopg.Connection:
+    return connect(
+        config,
+        application_name=sink_application_name(
+            context.get("memberUuid", ""), writer, context.get("attempt", 0)
+        ),
+        options=SINK_SESSION_OPTIONS,
+        autocommit=False,
+    )
+
+
+def writer_key(context: dict) -> str:
+    """The same for every attempt of one reader's sink: job, pipeline, reader."""
+    return f"{context.get('jobId')}-{context.get('pipelineId')}-{context.get('readerIndex')}"
+
+
+def fence_older_attempts(conn: psycopg.Connection, writer: str, attempt: int) -> None:
+    """End the sessions of this writer's older attempts (a zombie frozen mid-COPY, or woken
+    after its member was removed), waiting until they are gone, then hold the writer's lock
+    for this attempt's life: nothing an older attempt sent can land after this returns."""
+    conn.execute(
+        """
+        SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+         WHERE application_name LIKE 'keel-sink:%%' AND pid <> pg_backend_pid()
+           AND split_part(application_name, ':', 3) = %s
+           AND split_part(application_name, ':', 4) ~ '^[0-9]+$'
+           AND split_part(application_name, ':', 4)::int < %s
+        """,
+        (writer, attempt),
+    )
+    conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"keel-writer:{writer}",))
+    conn.commit()
+
+
+def _insert_from(
+    table: sql.Composable,
+    cols: sql.Composable,
+    source: sql.Composable,
+    where: sql.Composable,
+    order: sql.Composable,
+    columns: list[str],
+    keys: list[str],
+) -> sql.Composed:
+    """INSERT INTO table SELECT ... FROM source: an upsert on ``keys`` (the last row of a key
+    wins), or a plain insert without keys."""
+    if not keys:
+        return sql.SQL("INSERT INTO {t} ({cols}) SELECT {cols} FROM {s} WHERE {w}").format(
+            t=table, cols=cols, s=source, w=where
+        )
+    key_list = sql.SQL(", ").join(sql.Identifier(k) for k in keys)
+    query = sql.SQL(
+        "INSERT INTO {t} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM {s} WHERE {w} "
+        "ORDER BY {keys}, {o} DESC ON CONFLICT ({keys}) "
+    ).format(t=table, cols=cols, keys=key_list, s=source, w=where, o=order)
+    updates = [c for c in columns if c not in keys]
+    if not updates:
+        return query + sql.SQL("DO NOTHING")
+    return (
+        query
+        + sql.SQL("DO UPDATE SET ")
+        + sql.SQL(", ").join(
+            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates
+        )
+    )
+
+
+class JdbcWriter(SinkWriter):
+    """At-least-once writer (no checkpoints): each batch is COPYed into a temporary table and
+    upserted (or inserted) at once."""
+
+    def __init__(self, config: dict, schema: Schema, context: dict) -> None:
+        self.conn = connect_sink(config, context, writer_key(context))
+        self.columns = schema.names
+        table = table_ident(config["table"])
+        cols = sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
+        self.conn.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE keel_stage ON COMMIT DELETE ROWS AS "
+                "SELECT {cols} FROM {t} WITH NO DATA"
+            ).format(cols=cols, t=table)
+        )
+        self.conn.commit()
+        self.upsert = _insert_from(
+            table,
+            cols,
+            sql.Identifier("keel_stage"),
+            sql.SQL("true"),
+            sql.SQL("ctid"),
+            self.columns,
+            config["primary_keys"] or [],
+        )
+        self.copy = sql.SQL("COPY keel_stage ({cols}) FROM STDIN").format(cols=cols)
+
+    def write(self, rows: list[tuple]) -> None:
+        with self.conn.cursor() as cur:
+            with cur.copy(self.copy) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            cur.execute(self.upsert)
+        self.conn.commit()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def abort(self) -> None:
+        self.conn.close()
+
+
+class ExactlyOnceJdbcWriter(SinkWriter):
+    """Exactly-once writer for checkpointed jobs.
+
+    Rows go to a durable staging table ``<table>__keel_stage`` tagged with this writer's stable
+    key (job, pipeline, reader: the same for every attempt). At barrier N the untagged rows are
+    tagged N (pre-commit); when N completes they move to the target in one transaction and leave
+    the stage, so committing N twice changes nothing. A new attempt first fences the older ones
+    (``fence_older_attempts``), then finishes the commit of the checkpoint it restores from,
+    then drops every later staged row: those rows are replayed.
+    """
+
+    def __init__(self, config: dict, schema: Schema, context: dict) -> None:
+        self.writer = writer_key(context)
+        self.conn = connect_sink(config, context, self.writer)
+        self.columns = schema.names
+        self.keys = config["primary_keys"] or []
+        schema_name, name = split_table(config["table"])
+        self.table = sql.Identifier(schema_name, name)
+        self.stage = sql.Identifier(schema_name, f"{name}__keel_stage")
+        self.cols = sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
+        fence_older_attempts(self.conn, self.writer, context.get("attempt", 0))
+        self._ensure_stage(schema_name, name)
+        restored = context.get("restoredCheckpoint")
+        if restored is not None:
+            self._commit_upto(restored)
+        self.conn.execute(
+            sql.SQL(
+                "DELETE FROM {stage} WHERE keel_writer = %s AND "
+                "(keel_checkpoint IS NULL OR keel_checkpoint > %s)"
+            ).format(stage=self.stage),
+            (self.writer, restored if restored is not None else -1),
+        )
+        self.conn.commit()
+        self.copy = sql.SQL("COPY {stage} ({cols}, keel_writer) FROM STDIN").format(
+            stage=self.stage, cols=self.cols
+        )
+
+    def _ensure_stage(self, schema_name: str, name: str) -> None:
+        """Create the staging table once. DDL takes an exclusive lock, so it runs only when
+        something is missing: never queued behind another writer's open COPY."""
+        present = self.conn.execute(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = %s AND column_name IN ('keel_writer', 'keel_checkpoint', "
+            "'keel_seq')",
+            (schema_name, f"{name}__keel_stage"),
+        ).fetchone()[0]
+        self.conn.commit()
+        if present == 3:
+            return
+        # Readers of one job open their writers at the same moment: serialise the DDL (two
+        # concurrent CREATE TABLE IF NOT EXISTS can both try to create the table).
+        self.conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"keel-stage:{schema_name}.{name}",)
+        )
+        self.conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {stage} AS SELECT {cols} FROM {t} WITH NO DATA"
+            ).format(stage=self.stage, cols=self.cols, t=self.table)
+        )
+        for ddl in (
+            "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_writer text",
+            "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_checkpoint bigint",
+            "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_seq bigserial",
+        ):
+            self.conn.execute(sql.SQL(ddl).format(stage=self.stage))
+        self.conn.commit()
+
+    def write(self, rows: list[tuple]) -> None:
+        with self.conn.cursor() as cur, cur.copy(self.copy) as copy:
+            for row in rows:
+                copy.write_row((*row, self.writer))
+        self.conn.commit()
+
+    def prepare_commit(self, checkpoint_id: int) -> dict:
+        self.conn.execute(
+            sql.SQL(
+                "UPDATE {stage} SET keel_checkpoint = %s WHERE keel_writer = %s "
+                "AND keel_checkpoint IS NULL"
+            ).format(stage=self.stage),
+            (checkpoint_id, self.writer),
+        )
+        self.conn.commit()
+        return {"writer": self.writer, "checkpoint": checkpoint_id}
+
+    def commit(self, state: dict) -> None:
+        self._commit_upto(state["checkpoint"])
+
+    def _commit_upto(self, checkpoint_id: int | None, include_untagged: bool = False) -> None:
+        if checkpoint_id is None:
+            checkpoint_id = 2**62 if include_untagged else -1
+        where = sql.SQL("keel_writer = {w} AND (keel_checkpoint <= {n}{untagged})").format(
+            w=sql.Literal(self.writer),
+            n=sql.Literal(checkpoint_id),
+            untagged=sql.SQL(" OR keel_checkpoint IS NULL" if include_untagged else ""),
+        )
+        with self.conn.cursor() as cur:
+            # One commit of this writer's rows at a time (a fenced attempt may still be
+            # committing): the second sees the rows the first moved as gone.
+            cur.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"keel-commit:{self.writer}",)
+            )
+            cur.execute(
+                _insert_from(
+                    self.table,
+                    self.cols,
+                    self.stage,
+                    where,
+                    sql.Identifier("keel_seq"),
+                    self.columns,
+                    self.keys,
+                )
+            )
+            cur.execute(sql.SQL("DELETE FROM {stage} WHERE {w}").format(stage=self.stage, w=where))
+        self.conn.commit()
+
+    def close(self) -> None:
+        """A batch pipeline finished: everything it wrote becomes visible."""
+        self._commit_upto(None, include_untagged=True)
+        self.conn.close()
+
+    def abort(self) -> None:
+        self.conn.close()
