@@ -7,9 +7,20 @@ and TCP keepalives end a half-open one within seconds.
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 import psycopg
 from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection
 from django.db.backends.signals import connection_created
+
+log = logging.getLogger("keel.dbsession")
+T = TypeVar("T")
+#: What an unreachable database raises (Django's wrappers and psycopg's own).
+UNREACHABLE = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
 
 #: Server-side keepalives too: the *server* must notice a vanished client to free its locks.
 SERVER_KEEPALIVES = (
@@ -67,3 +78,39 @@ def configure_engine_sessions() -> None:
     master, a worker, the web process): a frozen process's open transaction is ended by
     PostgreSQL, and no lock wait is unbounded."""
     connection_created.connect(_configure_engine_session, dispatch_uid="keel-engine-session")
+
+
+def outage_tolerance() -> float:
+    """``engine.database-outage-tolerance`` in seconds."""
+    return float(settings.ENGINE["database-outage-tolerance"])
+
+
+def ride_out(
+    call: Callable[[], T],
+    what: str,
+    wait: Callable[[float], object] = time.sleep,
+    tolerance: float | None = None,
+) -> T:
+    """Run ``call`` (its own transaction, or none); while the database is unreachable, drop
+    this thread's connection and try again with backoff, for at most ``tolerance`` seconds
+    (``engine.database-outage-tolerance``) before the error is raised. ``wait`` is how to
+    wait (a stop event's ``wait`` ends it early: the call is then made once more)."""
+    deadline = None
+    delay = 0.1
+    while True:
+        try:
+            return call()
+        except UNREACHABLE as exc:
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + (outage_tolerance() if tolerance is None else tolerance)
+                log.warning("%s: database unreachable (%s); retrying", what, _first_line(exc))
+            if now >= deadline:
+                raise
+            connection.close()
+            wait(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

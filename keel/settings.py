@@ -201,6 +201,11 @@ ENGINE = {
     "heartbeat-interval": float(os.environ.get("KEEL_HEARTBEAT_INTERVAL", "1.0")),
     "heartbeat-timeout": float(os.environ.get("KEEL_HEARTBEAT_TIMEOUT", "5.0")),
     "master-lease-timeout": float(os.environ.get("KEEL_MASTER_LEASE_TIMEOUT", "3.0")),
+    # How long an engine process rides out an unreachable database (a restart, a network
+    # blip): it reconnects with backoff, members keep their identity, nothing is restored.
+    "database-outage-tolerance": _duration(
+        "KEEL_DATABASE_OUTAGE_TOLERANCE", os.environ.get("KEEL_DATABASE_OUTAGE_TOLERANCE", "30s")
+    ),
     # Dirty-job tracking (engine.dirty): recent episodes kept per job, and how long an episode
     # may wait without any deployment before it is aborted as stale (a duration: 10m, 90s, 2h).
     "dirty-task.event-history-size": int(

@@ -62,20 +62,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def admin_conn() -> psycopg.Connection:
-    return psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True)
+def admin_conn(server_url: str = SERVER_URL) -> psycopg.Connection:
+    return psycopg.connect(f"{server_url}/postgres", autocommit=True)
 
 
 class DatabaseTemplate:
     """A migrated database that clusters clone (``CREATE DATABASE ... TEMPLATE``): fast."""
 
-    def __init__(self) -> None:
+    def __init__(self, server_url: str = SERVER_URL) -> None:
+        self.server_url = server_url
         self.name = f"keel_tpl_{os.getpid()}"
         self._counter = itertools.count(1)
-        with admin_conn() as conn:
+        with admin_conn(server_url) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{self.name}"')
-        env = dict(os.environ, DATABASE_URL=f"{SERVER_URL}/{self.name}")
+        env = dict(os.environ, DATABASE_URL=f"{server_url}/{self.name}")
         subprocess.run(
             [PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True
         )
@@ -83,14 +84,14 @@ class DatabaseTemplate:
 
     def clone(self) -> str:
         name = f"keel_c_{os.getpid()}_{next(self._counter)}"
-        with admin_conn() as conn:
+        with admin_conn(self.server_url) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.name}"')
         self.clones.append(name)
         return name
 
     def drop_all(self) -> None:
-        with admin_conn() as conn:
+        with admin_conn(self.server_url) as conn:
             for name in [*self.clones, self.name]:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -113,7 +114,7 @@ class Cluster:
         redis_url: str | None = None,
     ) -> None:
         self.db_name = template.clone()
-        self.database_url = f"{SERVER_URL}/{self.db_name}"
+        self.database_url = f"{template.server_url}/{self.db_name}"
         self.redis_url = redis_url or f"{REDIS_BASE}/{next(_redis_db)}"
         redis.Redis.from_url(self.redis_url).flushdb()
         self.port = free_port()

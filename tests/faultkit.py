@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import signal
 import subprocess
 import tempfile
+from pathlib import Path
 
 import redis
 
@@ -60,4 +63,63 @@ class PrivateRedis:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _find_pg_program(name: str) -> str:
+    for candidate in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True):
+        return str(candidate)
+    found = shutil.which(name)
+    assert found, f"{name} is not installed"
+    return found
+
+
+def _as_postgres(argv: list[str]) -> list[str]:
+    """initdb and postgres refuse to run as root."""
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *argv]
+    return argv
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of the test's own (initdb in a temporary directory, a free port,
+    trust auth), which the test may stop, restart and freeze."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="keel-pg-"))
+        self.data = self.dir / "data"
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}"
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, user="postgres")
+        initdb = [_find_pg_program("initdb"), "-D", str(self.data), "-U", "postgres"]
+        subprocess.run(
+            _as_postgres([*initdb, "--auth=trust", "-E", "UTF8", "--locale=C"]),
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+
+    def _ctl(self, *args: str) -> None:
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
+        ctl = [_find_pg_program("pg_ctl"), "-D", str(self.data), "-l", str(self.dir / "log")]
+        subprocess.run(
+            _as_postgres([*ctl, "-o", options, "-w", *args]),
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+
+    def start(self) -> PrivatePostgres:
+        self._ctl("start")
+        return self
+
+    def stop(self) -> None:
+        """A fast shutdown: every session is ended, as in a restart."""
+        self._ctl("-m", "fast", "stop")
+
+    def __enter__(self) -> PrivatePostgres:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid as uuidlib
 from dataclasses import dataclass
 
@@ -55,19 +56,59 @@ class MemberSession:
     name: str
     conn: psycopg.Connection
 
-    def heartbeat(self) -> None:
-        """Record a heartbeat; raise MemberFenced if the cluster no longer knows us as ALIVE."""
+    def heartbeat(self, outage_tolerance: float = 0.0) -> None:
+        """Record a heartbeat; raise MemberFenced if the cluster no longer knows us as ALIVE.
+
+        If the membership session is lost (a database restart or blip), reconnect for up to
+        ``outage_tolerance`` seconds: the member carries on under its identity only if it can
+        take its lock again and its row is still ALIVE (the master gives members that long
+        after a restart, engine.cluster.membership.find_dead_members)."""
         try:
             cur = self.conn.execute(
                 "UPDATE engine_member SET last_heartbeat = now() WHERE id = %s AND state = %s",
                 (self.id, MemberState.ALIVE),
             )
         except psycopg.Error as exc:
-            # Our membership session is gone, and with it our lock: the master treats us as
-            # dead, so we must not carry on under this identity.
-            raise MemberFenced(f"membership session lost: {exc}".strip()) from exc
+            if not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+                raise MemberFenced(f"membership session lost: {exc}".strip()) from exc
+            self._rejoin(exc, outage_tolerance)
+            return
         if cur.rowcount != 1:
             raise MemberFenced(f"member {self.uuid} is no longer ALIVE in the cluster")
+
+    def _rejoin(self, lost: BaseException, tolerance: float) -> None:
+        """Open a new membership session holding our lock, or raise MemberFenced."""
+        deadline = time.monotonic() + tolerance
+        delay = 0.1
+        self.close()
+        log.warning("membership session of %s lost (%s); reconnecting", self.name, lost)
+        while True:
+            try:
+                conn = connect_dedicated(member_application_name(self.uuid))
+            except psycopg.Error as exc:
+                if time.monotonic() + delay > deadline:
+                    raise MemberFenced(f"membership session lost: {lost}".strip()) from exc
+                time.sleep(delay)  # a backoff between connection attempts
+                delay = min(delay * 2, 1.0)
+                continue
+            locked = conn.execute(
+                "SELECT pg_try_advisory_lock(%s, %s)", member_lock_key(self.id)
+            ).fetchone()[0]
+            cur = conn.execute(
+                "UPDATE engine_member SET last_heartbeat = now() WHERE id = %s AND state = %s",
+                (self.id, MemberState.ALIVE),
+            )
+            if locked and cur.rowcount == 1:
+                self.conn = conn
+                log.warning("member %s rejoined after a database outage", self.name)
+                return
+            conn.close()
+            if cur.rowcount != 1:
+                raise MemberFenced(f"member {self.uuid} is no longer ALIVE in the cluster")
+            if time.monotonic() + delay > deadline:
+                raise MemberFenced(f"membership session lost: {lost}; could not take it back")
+            time.sleep(delay)  # our old session still holds the lock: the server ends it
+            delay = min(delay * 2, 1.0)
 
     def close(self) -> None:
         try:
@@ -213,6 +254,10 @@ def _end_member_sessions(member: Member) -> None:
 def find_dead_members(heartbeat_timeout: float) -> list[tuple[int, str]]:
     """ALIVE members whose lock is gone or whose heartbeat is older than the timeout.
 
+    A database restart ends every session at once: for one heartbeat timeout after it, a
+    missing lock is not a death (members are reconnecting), and heartbeats count from the
+    restart.
+
     Returns (member id, reason) in id order (a deterministic order for the removals).
     """
     with connection.cursor() as cur:
@@ -227,11 +272,13 @@ def find_dead_members(heartbeat_timeout: float) -> list[tuple[int, str]]:
                AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                AND l.classid = %s AND l.objid::bigint = m.id AND l.objsubid = 2 AND l.granted
              WHERE m.state = %s
-               AND (l.objid IS NULL
-                    OR m.last_heartbeat < now() - make_interval(secs => %s))
+               AND ((l.objid IS NULL
+                     AND pg_postmaster_start_time() < now() - make_interval(secs => %s))
+                    OR greatest(m.last_heartbeat, pg_postmaster_start_time())
+                       < now() - make_interval(secs => %s))
              ORDER BY m.id
             """,
-            [MEMBER_NAMESPACE, MemberState.ALIVE, heartbeat_timeout],
+            [MEMBER_NAMESPACE, MemberState.ALIVE, heartbeat_timeout, heartbeat_timeout],
         )
         return [(row[0], row[1]) for row in cur.fetchall()]
 

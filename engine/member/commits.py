@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from engine.jobs import checkpoints, lifecycle
 from engine.member.dataplane import Chain, guarded
@@ -30,6 +31,7 @@ class ReaderCommits:
         *,
         checkpointing: bool,
         restored: int | None,
+        db: Callable = lambda what, call, *args: call(*args),
     ) -> None:
         self.task_group_id = task_group_id
         self.attempt = attempt
@@ -42,6 +44,8 @@ class ReaderCommits:
         self.final: int | None = None
         self.input_ended = False
         self.next_poll = 0.0
+        #: How calls to the engine's database are made (the task group's, riding out outages).
+        self.db = db
 
     def on_barrier(self, checkpoint_id: int, positions: dict) -> None:
         if self.final is None and all(p["done"] for p in positions.values()):
@@ -56,14 +60,26 @@ class ReaderCommits:
         if not now and clock < self.next_poll:
             return
         self.next_poll = clock + POLL_INTERVAL
-        found = checkpoints.completed_since(self.task_group_id, self.attempt, self.committed)
+        found = self.db(
+            "finding completed checkpoints",
+            checkpoints.completed_since,
+            self.task_group_id,
+            self.attempt,
+            self.committed,
+        )
         if found is None:
             return
         checkpoint_id, state = found
         for (path, _, writer), sink_state in zip(chain.sinks, state.get("sinks", []), strict=False):
             guarded(path, writer.commit, sink_state)
         self.committed = checkpoint_id
-        checkpoints.record_commit(checkpoint_id, self.task_group_id, self.attempt)
+        self.db(
+            "recording a commit",
+            checkpoints.record_commit,
+            checkpoint_id,
+            self.task_group_id,
+            self.attempt,
+        )
 
     def input_done(self, chain: Chain) -> bool:
         """Called while a batch reader whose input is read idles: may it end now?"""
@@ -71,7 +87,13 @@ class ReaderCommits:
             return True
         if not self.input_ended:
             self.input_ended = True
-            lifecycle.mark_input_ended(self.task_group_id, self.attempt, self.member_id)
+            self.db(
+                "reporting its input read",
+                lifecycle.mark_input_ended,
+                self.task_group_id,
+                self.attempt,
+                self.member_id,
+            )
         self.apply(chain)
         return self.final is not None and self.committed >= self.final
 

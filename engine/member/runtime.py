@@ -11,10 +11,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from django.db import close_old_connections, connections
 
 from engine.cluster.membership import MemberSession
+from engine.dbsession import ride_out
 from engine.jobs import checkpoints, lifecycle, splits
 from engine.member.commits import ReaderCommits
 from engine.member.dataplane import Chain, Counters, PluginFailure, guarded, instantiate, run_reader
@@ -23,6 +26,7 @@ from engine.models import TaskGroup
 from engine.states import ExecutionStatus, TaskGroupKind
 
 log = logging.getLogger("keel.runtime")
+T = TypeVar("T")
 SPLIT_WAIT_INTERVAL = 0.01
 ENUMERATOR_TICK = 0.05
 
@@ -53,12 +57,23 @@ class TaskGroupThread(threading.Thread):
     def run(self) -> None:
         counters = Counters()
         try:
-            if not lifecycle.mark_running(self.task_group_id, self.attempt, self.member_id):
+            running = self.db(
+                "reporting RUNNING",
+                lifecycle.mark_running,
+                self.task_group_id,
+                self.attempt,
+                self.member_id,
+            )
+            if not running:
                 log.info(
                     "task group %s attempt %s is no longer ours", self.task_group_id, self.attempt
                 )
                 return
-            group = TaskGroup.objects.select_related("pipeline", "job").get(id=self.task_group_id)
+            group = self.db(
+                "loading",
+                TaskGroup.objects.select_related("pipeline", "job").get,
+                id=self.task_group_id,
+            )
             if group.kind == TaskGroupKind.ENUMERATOR:
                 self.run_enumerator(group)
             else:
@@ -105,8 +120,19 @@ class TaskGroupThread(threading.Thread):
                 # cannot outlive our membership.
                 time.sleep(min(0.2 * attempt, 5.0))
 
+    def db(self, what: str, call: Callable[..., T], *args, **kwargs) -> T:
+        """A call to the engine's database that rides out an outage (reconnecting, for up to
+        ``engine.database-outage-tolerance``) instead of failing the task group."""
+        return ride_out(
+            lambda: call(*args, **kwargs),
+            f"task group {self.task_group_id} {what}",
+            wait=self.stop.wait,
+        )
+
     def still_current(self) -> bool:
-        return lifecycle.owns(self.task_group_id, self.attempt, self.member_id)
+        return self.db(
+            "checking its attempt", lifecycle.owns, self.task_group_id, self.attempt, self.member_id
+        )
 
     def run_enumerator(self, group: TaskGroup) -> None:
         pipeline, job = group.pipeline, group.job
@@ -116,19 +142,32 @@ class TaskGroupThread(threading.Thread):
                 created = source.create_splits(job.mode)
             except Exception as exc:
                 raise PluginFailure(pipeline.plan["source"]["path"], exc) from exc
-            if not splits.assign(pipeline.id, created, job.env["parallelism"], self.still_current):
+            assigned = self.db(
+                "assigning splits",
+                splits.assign,
+                pipeline.id,
+                created,
+                job.env["parallelism"],
+                lambda: lifecycle.owns(self.task_group_id, self.attempt, self.member_id),
+            )
+            if not assigned:
                 return
 
         def handle(message: Message) -> None:
             if self.first_barrier(message):  # the enumerator's state lives in split assignments
-                checkpoints.acknowledge(
-                    message.checkpoint_id, self.task_group_id, self.attempt, {"kind": "enumerator"}
+                self.db(
+                    "acknowledging a barrier",
+                    checkpoints.acknowledge,
+                    message.checkpoint_id,
+                    self.task_group_id,
+                    self.attempt,
+                    {"kind": "enumerator"},
                 )
 
         # The enumerator holds its slot for the pipeline's life, as in Zeta.
         while not self.stop.wait(ENUMERATOR_TICK):
             self.mailbox.drain(handle)
-            if not lifecycle.readers_live(pipeline.id):
+            if not self.db("looking at its readers", lifecycle.readers_live, pipeline.id):
                 return
             if not self.still_current():
                 self.stop.set()
@@ -136,14 +175,16 @@ class TaskGroupThread(threading.Thread):
 
     def run_reader(self, group: TaskGroup) -> Counters:
         pipeline = group.pipeline
-        while not splits.assigned(pipeline.id):
+        while not self.db("waiting for splits", splits.assigned, pipeline.id):
             if self.stop.wait(SPLIT_WAIT_INTERVAL):
                 return Counters()
             if not self.still_current():
                 self.stop.set()
                 return Counters()
         reader = splits.Reader(self.task_group_id, self.attempt, self.member_id)
-        restored = getattr(checkpoints.latest_completed(pipeline.id), "id", None)
+        restored = getattr(
+            self.db("finding its checkpoint", checkpoints.latest_completed, pipeline.id), "id", None
+        )
         checkpointing = bool(group.job.env.get("checkpoint.interval"))
         commits = ReaderCommits(
             self.task_group_id,
@@ -151,6 +192,7 @@ class TaskGroupThread(threading.Thread):
             self.member_id,
             checkpointing=checkpointing,
             restored=restored,
+            db=self.db,
         )
         context = {
             "jobId": group.job_id,
@@ -164,7 +206,9 @@ class TaskGroupThread(threading.Thread):
         }
 
         def progress(counters: Counters, offsets: dict) -> None:
-            owned = lifecycle.report_metrics(
+            owned = self.db(
+                "reporting metrics",
+                lifecycle.report_metrics,
                 self.task_group_id,
                 self.attempt,
                 self.member_id,
@@ -175,10 +219,12 @@ class TaskGroupThread(threading.Thread):
             if not owned:
                 self.stop.set()  # the master moved on: stop at once
                 return
-            splits.record_offsets(reader, pipeline.id, offsets)
+            self.db("recording offsets", splits.record_offsets, reader, pipeline.id, offsets)
 
         def split_done(split_id: str, offset: int) -> None:
-            if not splits.mark_done(reader, pipeline.id, split_id, offset):
+            if not self.db(
+                "ending a split", splits.mark_done, reader, pipeline.id, split_id, offset
+            ):
                 self.stop.set()  # not ours any more
 
         def boundary(positions: dict, chain: Chain) -> None:
@@ -209,7 +255,9 @@ class TaskGroupThread(threading.Thread):
                 guarded(path, writer.prepare_commit, message.checkpoint_id)
                 for path, _, writer in chain.sinks
             ]
-            if checkpoints.acknowledge(
+            if self.db(
+                "acknowledging a barrier",
+                checkpoints.acknowledge,
                 message.checkpoint_id,
                 self.task_group_id,
                 self.attempt,

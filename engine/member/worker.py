@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from celery import current_app
 
 from engine.cluster.membership import MemberFenced, MemberSession, leave, register_member
+from engine.dbsession import outage_tolerance
 from engine.member import runtime
 from engine.protocol import CONTROL_QUEUE, member_queue
 from engine.states import SlotMode
@@ -51,9 +52,10 @@ class Worker:
 
     def heartbeat_loop(self) -> None:
         assert self.member is not None
+        tolerance = outage_tolerance()
         while not self.stopping.wait(self.options.heartbeat_interval):
             try:
-                self.member.heartbeat()
+                self.member.heartbeat(tolerance)
             except MemberFenced as exc:
                 if self.stopping.is_set():
                     return

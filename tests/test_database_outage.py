@@ -1,0 +1,64 @@
+"""A PostgreSQL restart shorter than ``engine.database-outage-tolerance`` is ridden out: the
+engine reconnects with backoff, members keep their identity, nothing is restored, and
+checkpoints go on. The engine's database is a private server the test stops and starts."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.clusterkit import Cluster, DatabaseTemplate, wait_for
+from tests.faultkit import PrivatePostgres
+from tests.test_jobs_cluster import job, submit
+
+pytestmark = pytest.mark.cluster
+
+STREAMING = """
+env { job.mode = STREAMING, parallelism = 2, checkpoint.interval = 500,
+      job.retry.interval.seconds = 0 }
+source { FakeSource { split.num = 2, rows.per-second = 200 } }
+sink { Blackhole { } }
+"""
+
+
+def test_a_postgres_restart_restores_nothing():
+    with PrivatePostgres() as server:
+        template = DatabaseTemplate(server.url)
+        try:
+            with Cluster(template, masters=2, workers=2, slots=4) as c:
+                job_id = submit(c, STREAMING)
+
+                def completed() -> int:
+                    return c.one(
+                        "SELECT checkpoints_completed FROM engine_pipeline WHERE job_id = %s",
+                        (job_id,),
+                    )
+
+                wait_for(lambda: completed() >= 2, 30, interval=0.05, what="checkpoints")
+                members = c.query("SELECT uuid FROM engine_member WHERE state = 'ALIVE'")
+                c.db.close()
+                server.stop()
+                down_since = time.monotonic()
+                # Down for 5 s (the fault), every engine process still running throughout.
+                wait_for(
+                    lambda: (
+                        time.monotonic() - down_since >= 5 and all(p["alive"] for p in c.status())
+                    ),
+                    15,
+                    interval=0.2,
+                    what="five seconds of outage",
+                )
+                server.start()
+                before = completed()
+                wait_for(
+                    lambda: completed() >= before + 2, 20, interval=0.1, what="checkpoints again"
+                )
+                assert all(p["alive"] for p in c.status())
+                assert c.query("SELECT uuid FROM engine_member WHERE state = 'ALIVE'") == members
+                assert c.one("SELECT count(*) FROM engine_controlstep") == 0
+                detail = job(c, job_id)
+                assert detail["jobStatus"] == "RUNNING"
+                assert detail["pipelines"][0]["restoreCount"] == 0
+        finally:
+            template.drop_all()
