@@ -206,6 +206,11 @@ ENGINE = {
     "database-outage-tolerance": _duration(
         "KEEL_DATABASE_OUTAGE_TOLERANCE", os.environ.get("KEEL_DATABASE_OUTAGE_TOLERANCE", "30s")
     ),
+    # Checkpointed LocalFile sinks keep their pending parts under the sink's path until a
+    # checkpoint commits them; on workers of several hosts that path must be storage every
+    # host mounts at the same place. Set true once it is; until then such jobs are refused.
+    "localfile.shared-storage": os.environ.get("KEEL_LOCALFILE_SHARED_STORAGE", "false").lower()
+    in ("1", "true", "yes"),
     # Dirty-job tracking (engine.dirty): recent episodes kept per job, and how long an episode
     # may wait without any deployment before it is aborted as stale (a duration: 10m, 90s, 2h).
     "dirty-task.event-history-size": int(

@@ -5,6 +5,7 @@ Views and commands validate and call this; it appends its EngineEvent in the sam
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import transaction
 
 from engine import dirty
@@ -12,10 +13,11 @@ from engine import events as builders
 from engine.events import append_event
 from engine.jobconfig import ConfigError
 from engine.jobs.planner import JobPlan, plan_job
-from engine.models import Job, Pipeline, TaskGroup
+from engine.models import Job, Member, Pipeline, TaskGroup
 from engine.protocol import DIRTY_TRACKING_SINCE
 from engine.states import (
     JobStatus,
+    MemberState,
     TaskGroupKind,
 )
 
@@ -32,6 +34,7 @@ def submit_job(config_text: str, job_name: str | None = None) -> Job:
 def create_job(plan: JobPlan, config_text: str) -> Job:
     if (plan.env.get("job.dirty-task.threshold") or 0) > 0:
         _check_dirty_tracking_supported()
+    _check_pending_parts_reachable(plan)
     with transaction.atomic():
         job = Job.objects.create(
             name=plan.name,
@@ -77,3 +80,34 @@ def _check_dirty_tracking_supported() -> None:
                 }
             ]
         )
+
+
+def _check_pending_parts_reachable(plan: JobPlan) -> None:
+    """A checkpointed LocalFile sink keeps its pending parts under its path until a checkpoint
+    commits them, and a restore may run its reader on another worker: on workers of several
+    hosts, that path must be shared storage (``engine.localfile.shared-storage``)."""
+    if not (plan.env.get("checkpoint.interval") or 0) > 0:
+        return
+    if settings.ENGINE["localfile.shared-storage"]:
+        return
+    sinks = [n for p in plan.pipelines for n in p.sinks if n.plugin == "LocalFile"]
+    if not sinks:
+        return
+    hosts = sorted(
+        set(Member.objects.filter(state=MemberState.ALIVE).values_list("host", flat=True))
+    )
+    if len(hosts) <= 1:
+        return
+    raise ConfigError(
+        [
+            {
+                "path": f"{sink.path}.path",
+                "message": f"a checkpointed LocalFile sink needs storage every worker reaches, "
+                f"and the workers run on {len(hosts)} hosts ({', '.join(hosts[:5])}): its "
+                "pending parts would be lost with a worker. Mount the path on every host and "
+                "set engine.localfile.shared-storage (KEEL_LOCALFILE_SHARED_STORAGE=true), or "
+                "use another sink",
+            }
+            for sink in sinks
+        ]
+    )
