@@ -87,6 +87,8 @@ ExecutionStatus = models.TextChoices(
 EXECUTION_TERMINAL = frozenset(
     {ExecutionStatus.FAILED, ExecutionStatus.CANCELED, ExecutionStatus.FINISHED}
 )
+#: Not ended (what a status index finds among every ended one).
+EXECUTION_LIVE = frozenset(ExecutionStatus) - EXECUTION_TERMINAL
 EXECUTION_TRANSITIONS = {
     ExecutionStatus.CREATED: frozenset(
         {ExecutionStatus.DEPLOYING, ExecutionStatus.CANCELED, ExecutionStatus.FAILED}

@@ -32,11 +32,11 @@ PROCESS_NAME = os.environ.get("KEEL_PROCESS_NAME", "keel")
 
 
 def _duration(name: str, text: str) -> float:
-    """Seconds from ``500ms``, ``90s``, ``10m``, ``2h`` or a bare number of seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
+    """Seconds from ``500ms``, ``90s``, ``10m``, ``2h``, ``7d`` or a bare number of seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", text)
     if not match:
         raise ImproperlyConfigured(f"{name}: {text!r} is not a duration (e.g. 10m, 90s, 500ms)")
-    factor = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+    factor = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}[match.group(2)]
     return float(match.group(1)) * factor
 
 
@@ -205,6 +205,16 @@ ENGINE = {
     # blip): it reconnects with backoff, members keep their identity, nothing is restored.
     "database-outage-tolerance": _duration(
         "KEEL_DATABASE_OUTAGE_TOLERANCE", os.environ.get("KEEL_DATABASE_OUTAGE_TOLERANCE", "30s")
+    ),
+    # Retention (engine.retention, the active master's durable sweeps): events by age and by
+    # count; REMOVED/LEFT members with their slots, DONE control steps and the split
+    # assignments of ended jobs once this old.
+    "retention.events-age": _duration(
+        "KEEL_RETENTION_EVENTS_AGE", os.environ.get("KEEL_RETENTION_EVENTS_AGE", "7d")
+    ),
+    "retention.events-count": int(os.environ.get("KEEL_RETENTION_EVENTS_COUNT", "1000000")),
+    "retention.ended-age": _duration(
+        "KEEL_RETENTION_ENDED_AGE", os.environ.get("KEEL_RETENTION_ENDED_AGE", "1d")
     ),
     # Checkpointed LocalFile sinks keep their pending parts under the sink's path until a
     # checkpoint commits them; on workers of several hosts that path must be storage every

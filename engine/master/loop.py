@@ -18,7 +18,7 @@ from functools import partial
 import psycopg
 from django.db import DatabaseError, InterfaceError, close_old_connections, connections
 
-from engine import dirty
+from engine import dirty, retention
 from engine.cluster.election import Leadership, LeadershipLost, record_candidate
 from engine.cluster.membership import SWEEP_INTERVAL, sweep_members
 from engine.fencing import StaleEpoch
@@ -99,6 +99,7 @@ class Master:
             ActiveStep(0.1, orchestration.schedule, after_reconcile=True, again_at_once=True),
             ActiveStep(1.0, orchestration.redeliver),
             ActiveStep(2.0, self.housekeeping, after_reconcile=True),
+            ActiveStep(10.0, retention.sweep, after_reconcile=True, again_at_once=True),
         )
         #: One pass of the loop, in order (built once: the loop runs every 20 ms when idle).
         self.steps = (

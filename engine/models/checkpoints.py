@@ -31,7 +31,7 @@ class Checkpoint(models.Model):
 
     class Meta:
         ordering = ["-id"]
-        indexes = [models.Index(fields=["pipeline", "state", "id"])]
+        indexes = [models.Index(fields=["pipeline", "state", "id"]), models.Index(fields=["state"])]
 
     def __str__(self) -> str:
         return f"checkpoint {self.id} of pipeline {self.pipeline_id} ({self.state})"

@@ -28,6 +28,7 @@ class EngineEvent(models.Model):
 
     class Meta:
         ordering = ["seq"]
+        indexes = [models.Index(fields=["at"])]  # retention by age
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.kind}"

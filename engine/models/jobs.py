@@ -9,7 +9,7 @@ from django.db.models.functions import Now
 
 from engine.states import (
     EXECUTION_DEPLOYED,
-    EXECUTION_TERMINAL,
+    EXECUTION_LIVE,
     ControlStepState,
     ExecutionStatus,
     JobStatus,
@@ -38,7 +38,7 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-id"]
-        indexes = [models.Index(fields=["status", "id"])]
+        indexes = [models.Index(fields=["status", "id"]), models.Index(fields=["finished_at"])]
 
     def __str__(self) -> str:
         return f"job {self.id} {self.name} ({self.status})"
@@ -62,6 +62,8 @@ class Pipeline(models.Model):
     class Meta:
         ordering = ["job_id", "index"]
         constraints = [models.UniqueConstraint(fields=["job", "index"], name="pipeline_job_index")]
+        #: The master's scans look for the few live pipelines among every finished one.
+        indexes = [models.Index(fields=["status"])]
 
     def __str__(self) -> str:
         return f"pipeline {self.index} of job {self.job_id}"
@@ -69,8 +71,9 @@ class Pipeline(models.Model):
 
 class TaskGroupQuerySet(models.QuerySet):
     def live(self) -> TaskGroupQuerySet:
-        """Not ended: neither FINISHED, FAILED nor CANCELED."""
-        return self.exclude(status__in=EXECUTION_TERMINAL)
+        """Not ended: neither FINISHED, FAILED nor CANCELED (as an IN list: the status index
+        finds the few live ones among every finished one)."""
+        return self.filter(status__in=EXECUTION_LIVE)
 
     def deployed(self) -> TaskGroupQuerySet:
         """Placed on a member and not ended (DEPLOYING, RUNNING, FAILING or CANCELING)."""
@@ -134,6 +137,7 @@ class TaskGroup(models.Model):
                 fields=["pipeline", "kind", "index"], name="taskgroup_pipeline_kind_index"
             )
         ]
+        indexes = [models.Index(fields=["status"])]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.index} of pipeline {self.pipeline_id}"
