@@ -1,0 +1,314 @@
+"""Chaos: a cluster on a private PostgreSQL and a private Redis, a streaming job writing a
+keyless Jdbc target, and a batch job per fault; each fault in turn, then the data checked.
+
+Used by tests/test_chaos.py (asserts) and bench/chaos (prints). The engine's database is on the
+private server (the PostgreSQL restart hits it); the jobs' source and target tables live on the
+machine's shared server, so the data is checked across every fault of the engine's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import psycopg
+
+from tests.clusterkit import SERVER_URL, Cluster, DatabaseTemplate, admin_conn, wait_for
+from tests.faultkit import PrivatePostgres, PrivateRedis
+from tests.test_jobs_cluster import job, post
+
+SPLITS = 2
+BATCH_ROWS = 3000  # per split, paced: the batch job runs through the fault
+STREAMING = """
+env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 500,
+      job.retry.interval.seconds = 0, job.retry.times = 100 }}
+source {{ FakeSource {{ split.num = {splits}, rows.per-second = 300,
+                       schema {{ fields {{ id = bigint, name = string }} }} }} }}
+sink {{ Jdbc {{ url = "{url}", table = stream }} }}
+"""
+BATCH = """
+env {{ job.mode = BATCH, parallelism = 2, checkpoint.interval = 500,
+      job.retry.interval.seconds = 0, job.retry.times = 100 }}
+source {{ FakeSource {{ split.num = {splits}, row.num = {rows}, rows.per-second = 400,
+                       schema {{ fields {{ id = bigint, name = string }} }} }} }}
+sink {{ Jdbc {{ url = "{url}", table = {table} }} }}
+"""
+
+
+@dataclass
+class Outcome:
+    """What one fault cost: seconds until the streaming job committed a checkpoint again
+    after the fault ended, restores it caused (both jobs), rows lost and duplicated (both
+    jobs), and whether everything settled (no pipeline stuck, no slot leaked)."""
+
+    fault: str
+    flows_again: float
+    restores: int
+    lost: int
+    duplicated: int
+    settled: bool
+
+
+class Chaos:
+    def __init__(self, cluster: Cluster, postgres: PrivatePostgres, redis, data_url: str) -> None:
+        self.c, self.postgres, self.redis, self.data_url = cluster, postgres, redis, data_url
+        self.jdbc = "jdbc:" + data_url.replace("postgres://", "postgresql://")
+        self.stream_job = 0
+        self.batches = 0
+
+    # -- the jobs -------------------------------------------------------------------------
+
+    def submit(self, config: str) -> int:
+        code, body = post(self.c, "/api/v1/jobs", {"config": config})
+        assert code == 201, body
+        return body["jobId"]
+
+    def start_streaming(self) -> None:
+        with psycopg.connect(self.data_url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE stream (id bigint, name text)")
+        self.stream_job = self.submit(STREAMING.format(splits=SPLITS, url=self.jdbc))
+        self.wait_flowing(time.monotonic())
+
+    def start_batch(self) -> tuple[int, str]:
+        self.batches += 1
+        table = f"batch_{self.batches}"
+        with psycopg.connect(self.data_url, autocommit=True) as conn:
+            conn.execute(f"CREATE TABLE {table} (id bigint, name text)")
+        job_id = self.submit(
+            BATCH.format(splits=SPLITS, rows=BATCH_ROWS, url=self.jdbc, table=table)
+        )
+        wait_for(
+            lambda: job(self.c, job_id)["metrics"]["sourceReceivedCount"] > 0,
+            30,
+            interval=0.1,
+            what="the batch job to read",
+        )
+        return job_id, table
+
+    def restores(self) -> int:
+        return self.c.one("SELECT coalesce(sum(restore_count), 0) FROM engine_pipeline")
+
+    def committed_after(self, since_wall: float) -> bool:
+        """Some reader of the streaming job committed a checkpoint after ``since_wall``."""
+        return bool(
+            self.c.one(
+                "SELECT count(*) FROM engine_taskcheckpoint a JOIN engine_taskgroup g"
+                " ON g.id = a.task_group_id WHERE g.job_id = %s AND a.committed_at"
+                " > to_timestamp(%s)",
+                (self.stream_job, since_wall),
+            )
+        )
+
+    def wait_flowing(self, since: float, timeout: float = 60) -> float:
+        """Seconds from ``since`` (monotonic) until the streaming job commits a checkpoint."""
+        wall = time.time() - (time.monotonic() - since)
+        wait_for(lambda: self.committed_after(wall), timeout, interval=0.05, what="data flowing")
+        return time.monotonic() - since
+
+    # -- the data ---------------------------------------------------------------------------
+
+    def _offsets(self, condition: str) -> dict[int, int]:
+        """{split index: offset} of the newest ack per reader matching ``condition``."""
+        rows = self.c.query(
+            "SELECT DISTINCT ON (a.task_group_id) a.state FROM engine_taskcheckpoint a"
+            " JOIN engine_taskgroup g ON g.id = a.task_group_id"
+            " JOIN engine_checkpoint k ON k.id = a.checkpoint_id"
+            f" WHERE g.job_id = %s AND g.kind = 'READER' AND {condition}"
+            " ORDER BY a.task_group_id, a.checkpoint_id DESC",
+            (self.stream_job,),
+        )
+        offsets = {s: 0 for s in range(SPLITS)}
+        for (state,) in rows:
+            state = json.loads(state) if isinstance(state, str) else state
+            for split_id, position in state["splits"].items():
+                offsets[int(split_id.rsplit("-", 1)[1])] = position["offset"]
+        return offsets
+
+    def streaming_damage(self) -> tuple[int, int]:
+        """(rows lost, rows duplicated) in the streaming target: every row up to the cut its
+        readers last recorded committing must be there once, none beyond the newest completed
+        checkpoint's cut (read in that order, so both bounds hold at the moment of reading).
+        Split ``s`` holds ids ``s, s + SPLITS, s + 2 * SPLITS, ...`` (FakeSource)."""
+        committed = self._offsets("a.committed_at IS NOT NULL")
+        with psycopg.connect(self.data_url) as conn:
+            seen = [
+                conn.execute(
+                    "SELECT count(*), count(DISTINCT id), max(id),"
+                    " count(DISTINCT id) FILTER (WHERE id < %s) FROM stream WHERE id %% %s = %s",
+                    (split + committed[split] * SPLITS, SPLITS, split),
+                ).fetchone()
+                for split in range(SPLITS)
+            ]
+        completed = self._offsets("k.state = 'COMPLETED'")
+        lost = duplicated = 0
+        for split, (count, distinct, highest, below) in enumerate(seen):
+            duplicated += count - distinct
+            lost += committed[split] - below
+            cut = split + max(completed[split], committed[split]) * SPLITS
+            assert highest is None or highest < cut, f"split {split}: row {highest} beyond {cut}"
+        return lost, duplicated
+
+    def batch_damage(self, table: str) -> tuple[int, int]:
+        with psycopg.connect(self.data_url) as conn:
+            count, distinct, inside = conn.execute(
+                f"SELECT count(*), count(DISTINCT id),"
+                f" count(DISTINCT id) FILTER (WHERE id >= 0 AND id < %s) FROM {table}",
+                (SPLITS * BATCH_ROWS,),
+            ).fetchone()
+        return SPLITS * BATCH_ROWS - inside, count - distinct
+
+    def settled(self, batch_job: int, timeout: float = 120) -> bool:
+        """The batch job FINISHED, the streaming job's pipeline RUNNING, every assigned slot
+        held by a live task group."""
+
+        def done() -> bool:
+            batch = job(self.c, batch_job)["jobStatus"]
+            stream = job(self.c, self.stream_job)["pipelines"][0]["status"]
+            assigned, held = self.c.query(
+                "SELECT (SELECT count(*) FROM engine_slot s JOIN engine_member m"
+                " ON m.id = s.member_id WHERE m.state = 'ALIVE' AND s.state = 'ASSIGNED'),"
+                " (SELECT count(*) FROM engine_taskgroup t JOIN engine_slot s ON s.id = t.slot_id"
+                " JOIN engine_member m ON m.id = s.member_id WHERE m.state = 'ALIVE'"
+                " AND t.status IN ('DEPLOYING', 'RUNNING', 'FAILING', 'CANCELING'))"
+            )[0]
+            return batch == "FINISHED" and stream == "RUNNING" and assigned == held
+
+        try:
+            wait_for(done, timeout, interval=0.2, what="the cluster to settle")
+            return True
+        except AssertionError:
+            return False
+
+    # -- one fault ----------------------------------------------------------------------------
+
+    def run(self, name: str, fault: Callable[[Chaos], None]) -> Outcome:
+        self.c.restore()
+        wait_for(self.c.active_master, 20, what="an active master")
+        self.wait_flowing(time.monotonic())
+        batch_job, table = self.start_batch()
+        restores = self.restores()
+        fault(self)
+        ended = time.monotonic()
+        self.c.restore()
+        flows_again = self.wait_flowing(ended)
+        settled = self.settled(batch_job)
+        lost, duplicated = self.streaming_damage()
+        batch_lost, batch_duplicated = self.batch_damage(table)
+        return Outcome(
+            name,
+            flows_again,
+            self.restores() - restores,
+            lost + batch_lost,
+            duplicated + batch_duplicated,
+            settled,
+        )
+
+    def reader_worker(self) -> str:
+        groups = job(self.c, self.stream_job)["pipelines"][0]["taskGroups"]
+        return next(g for g in groups if g["kind"] == "READER")["member"]["name"]
+
+
+# -- the faults -----------------------------------------------------------------------------
+
+
+def kill_a_worker(chaos: Chaos) -> None:
+    victim = chaos.reader_worker()
+    chaos.c.signal(victim, signal.SIGKILL)
+    wait_for(lambda: not chaos.c.alive(victim), 10, what="the worker to die")
+
+
+def freeze_a_worker(chaos: Chaos) -> None:
+    """SIGSTOP past the heartbeat timeout (the member is REMOVED), then SIGCONT: it exits."""
+    victim = chaos.reader_worker()
+    pid = chaos.c.signal(victim, signal.SIGSTOP)
+    try:
+        wait_for(
+            lambda: chaos.c.one(
+                "SELECT count(*) FROM engine_member WHERE pid = %s AND state = 'REMOVED'", (pid,)
+            ),
+            20,
+            interval=0.05,
+            what="the frozen member's removal",
+        )
+    finally:
+        chaos.c.signal(victim, signal.SIGCONT)
+    wait_for(lambda: not chaos.c.alive(victim), 15, what="the woken worker to exit")
+
+
+def kill_the_master_twice(chaos: Chaos) -> None:
+    for _ in range(2):
+        chaos.c.restore()
+        epoch, master = wait_for(chaos.c.active_master, 20, what="an active master")
+        chaos.c.signal(master, signal.SIGKILL)
+        wait_for(
+            lambda e=epoch: (a := chaos.c.active_master()) and a[0] > e,
+            20,
+            what="the next master",
+        )
+
+
+def stop_redis(chaos: Chaos) -> None:
+    chaos.redis.stop()
+    started = time.monotonic()
+    wait_for(lambda: time.monotonic() - started >= 10, 15, interval=0.1, what="10 s of outage")
+    chaos.redis.start()
+
+
+def restart_postgres(chaos: Chaos) -> None:
+    chaos.c.db.close()
+    chaos.postgres.stop()
+    started = time.monotonic()
+    wait_for(lambda: time.monotonic() - started >= 3, 10, interval=0.1, what="3 s of outage")
+    chaos.postgres.start()
+
+
+FAULTS: dict[str, Callable[[Chaos], None]] = {
+    "kill -9 a worker": kill_a_worker,
+    "SIGSTOP a worker past the heartbeat timeout": freeze_a_worker,
+    "kill -9 the active master twice": kill_the_master_twice,
+    "stop Redis for 10 s": stop_redis,
+    "restart PostgreSQL": restart_postgres,
+}
+
+
+@contextlib.contextmanager
+def chaos_cluster() -> Iterator[Chaos]:
+    """The cluster on its private services, and a data database on the shared server."""
+    data = f"keel_chaos_{time.monotonic_ns()}"
+    with admin_conn() as conn:
+        conn.execute(f'CREATE DATABASE "{data}"')
+    try:
+        with PrivatePostgres() as postgres, PrivateRedis() as redis:
+            template = DatabaseTemplate(postgres.url)
+            try:
+                with Cluster(
+                    template,
+                    masters=2,
+                    workers=3,
+                    slots=4,
+                    heartbeat_timeout=2.0,
+                    redis_url=redis.url,
+                ) as cluster:
+                    chaos = Chaos(cluster, postgres, redis, f"{SERVER_URL}/{data}")
+                    chaos.start_streaming()
+                    yield chaos
+            finally:
+                with contextlib.suppress(Exception):
+                    template.drop_all()
+    finally:
+        with admin_conn() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{data}" WITH (FORCE)')
+
+
+def describe(outcome: Outcome) -> str:
+    return textwrap.shorten(
+        f"{outcome.fault}: data flows again after {outcome.flows_again:.1f} s, "
+        f"{outcome.restores} restores, {outcome.lost} rows lost, "
+        f"{outcome.duplicated} duplicated, {'settled' if outcome.settled else 'STUCK'}",
+        200,
+    )
