@@ -35,8 +35,13 @@ def connect_sink(config: dict, context: dict, writer: str) -> psycopg.Connection
 
 
 def writer_key(context: dict) -> str:
-    """The same for every attempt of one reader's sink: job, pipeline, reader."""
-    return f"{context.get('jobId')}-{context.get('pipelineId')}-{context.get('readerIndex')}"
+    """The same for every attempt of one reader's sink: job, pipeline, reader, and the sink's
+    index when it is not the first (a pipeline may have several Jdbc sinks)."""
+    key = f"{context.get('jobId')}-{context.get('pipelineId')}-{context.get('readerIndex')}"
+    label = str(context.get("label", ""))
+    if label.startswith("sink[") and not label.startswith("sink[0]"):
+        key += f"-{label[5 : label.index(']')]}"
+    return key
 
 
 def fence_older_attempts(conn: psycopg.Connection, writer: str, attempt: int) -> None:
