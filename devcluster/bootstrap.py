@@ -82,7 +82,7 @@ def _answers_redis(url: str) -> bool:
         return False
 
 
-def _find(program: str) -> str | None:
+def find_pg_program(program: str) -> str | None:
     """The newest installed PostgreSQL's own binary, else whatever PATH has."""
     candidates = sorted(
         glob.glob(f"/usr/lib/postgresql/*/bin/{program}"),
@@ -92,7 +92,7 @@ def _find(program: str) -> str | None:
     return candidates[0] if candidates else shutil.which(program)
 
 
-def _as_postgres_user(argv: list[str]) -> list[str]:
+def as_postgres_user(argv: list[str]) -> list[str]:
     """initdb and postgres refuse to run as root: drop to the postgres user when we are root."""
     if os.geteuid() == 0 and shutil.which("runuser"):
         return ["runuser", "-u", "postgres", "--", *argv]
@@ -100,7 +100,7 @@ def _as_postgres_user(argv: list[str]) -> list[str]:
 
 
 def start_embedded_postgres() -> str:
-    initdb, pg_ctl = _find("initdb"), _find("pg_ctl")
+    initdb, pg_ctl = find_pg_program("initdb"), find_pg_program("pg_ctl")
     if not initdb or not pg_ctl:
         raise ServiceUnavailable(
             "error: PostgreSQL is not answering and its server programs "
@@ -116,7 +116,7 @@ def start_embedded_postgres() -> str:
         if os.geteuid() == 0:
             shutil.chown(data, user="postgres")
         subprocess.run(
-            _as_postgres_user(
+            as_postgres_user(
                 [
                     initdb,
                     "-D",
@@ -134,7 +134,7 @@ def start_embedded_postgres() -> str:
         )
     log = data / "server.log"
     subprocess.run(
-        _as_postgres_user(
+        as_postgres_user(
             [
                 pg_ctl,
                 "-D",
@@ -214,9 +214,9 @@ def embedded_env() -> list[str]:
 
 def stop_embedded(started: list[str]) -> None:
     """Stop the private services this run started (the demo stops everything it started)."""
-    if "postgres" in started and (pg_ctl := _find("pg_ctl")):
+    if "postgres" in started and (pg_ctl := find_pg_program("pg_ctl")):
         subprocess.run(
-            _as_postgres_user([pg_ctl, "-D", str(VAR / "postgres"), "-m", "fast", "-w", "stop"]),
+            as_postgres_user([pg_ctl, "-D", str(VAR / "postgres"), "-m", "fast", "-w", "stop"]),
             stdout=subprocess.DEVNULL,
             check=False,
         )

@@ -237,6 +237,28 @@ class Cluster:
         epoch, holder, valid = self.lease()
         return (epoch, holder) if holder and valid else None
 
+    def checkpoints_completed(self, job_id: int) -> int:
+        return self.one(
+            "SELECT sum(checkpoints_completed) FROM engine_pipeline WHERE job_id = %s", (job_id,)
+        )
+
+    def newest_completed_cut(self, job_id: int) -> tuple[int, int, int]:
+        """(rows read up to the job's newest COMPLETED checkpoint: the sum of its readers'
+        split offsets; how many readers acked it; how many recorded committing it)."""
+        acks = self.query(
+            """
+            SELECT a.state, a.committed_at IS NOT NULL
+              FROM engine_taskcheckpoint a JOIN engine_taskgroup g ON g.id = a.task_group_id
+             WHERE g.kind = 'READER' AND a.checkpoint_id = (
+                   SELECT max(id) FROM engine_checkpoint
+                    WHERE job_id = %s AND state = 'COMPLETED')
+            """,
+            (job_id,),
+        )
+        states = [json.loads(s) if isinstance(s, str) else s for s, _ in acks]
+        cut = sum(p["offset"] for state in states for p in state["splits"].values())
+        return cut, len(acks), sum(1 for _, committed in acks if committed)
+
     def alive_members(self) -> int:
         return self.one("SELECT count(*) FROM engine_member WHERE state = 'ALIVE'")
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import redis
 
+from devcluster.bootstrap import as_postgres_user, find_pg_program
 from tests.clusterkit import free_port, wait_for
 
 
@@ -66,21 +67,6 @@ class PrivateRedis:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _find_pg_program(name: str) -> str:
-    for candidate in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True):
-        return str(candidate)
-    found = shutil.which(name)
-    assert found, f"{name} is not installed"
-    return found
-
-
-def _as_postgres(argv: list[str]) -> list[str]:
-    """initdb and postgres refuse to run as root."""
-    if os.geteuid() == 0:
-        return ["runuser", "-u", "postgres", "--", *argv]
-    return argv
-
-
 class PrivatePostgres:
     """A PostgreSQL server of the test's own (initdb in a temporary directory, a free port,
     trust auth), which the test may stop, restart and freeze."""
@@ -92,18 +78,19 @@ class PrivatePostgres:
         self.url = f"postgres://postgres@127.0.0.1:{self.port}"
         if os.geteuid() == 0:
             shutil.chown(self.dir, user="postgres")
-        initdb = [_find_pg_program("initdb"), "-D", str(self.data), "-U", "postgres"]
+        assert find_pg_program("initdb"), "PostgreSQL's server programs are not installed"
+        initdb = [find_pg_program("initdb"), "-D", str(self.data), "-U", "postgres"]
         subprocess.run(
-            _as_postgres([*initdb, "--auth=trust", "-E", "UTF8", "--locale=C"]),
+            as_postgres_user([*initdb, "--auth=trust", "-E", "UTF8", "--locale=C"]),
             check=True,
             stdout=subprocess.DEVNULL,
         )
 
     def _ctl(self, *args: str) -> None:
         options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
-        ctl = [_find_pg_program("pg_ctl"), "-D", str(self.data), "-l", str(self.dir / "log")]
+        ctl = [find_pg_program("pg_ctl"), "-D", str(self.data), "-l", str(self.dir / "log")]
         subprocess.run(
-            _as_postgres([*ctl, "-o", options, "-w", *args]),
+            as_postgres_user([*ctl, "-o", options, "-w", *args]),
             check=True,
             stdout=subprocess.DEVNULL,
         )
@@ -123,3 +110,12 @@ class PrivatePostgres:
         with contextlib.suppress(subprocess.CalledProcessError):
             self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+#: A streaming job checkpointing every 500 ms into Blackhole: what the outage tests watch.
+CHECKPOINTING_STREAM = """
+env { job.mode = STREAMING, parallelism = 2, checkpoint.interval = 500,
+      job.retry.interval.seconds = 0 }
+source { FakeSource { split.num = 2, rows.per-second = 200 } }
+sink { Blackhole { } }
+"""

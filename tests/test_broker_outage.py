@@ -9,17 +9,10 @@ import time
 import pytest
 
 from tests.clusterkit import Cluster, holds_for, wait_for
-from tests.faultkit import PrivateRedis
+from tests.faultkit import CHECKPOINTING_STREAM, PrivateRedis
 from tests.test_jobs_cluster import job, submit
 
 pytestmark = pytest.mark.cluster
-
-STREAMING = """
-env { job.mode = STREAMING, parallelism = 2, checkpoint.interval = 500,
-      job.retry.interval.seconds = 0 }
-source { FakeSource { split.num = 2, rows.per-second = 200 } }
-sink { Blackhole { } }
-"""
 
 
 @pytest.mark.parametrize("outage", ["stopped", "frozen"])
@@ -30,20 +23,22 @@ def test_a_10s_redis_outage_changes_nothing(db_template, outage):
         PrivateRedis() as broker,
         Cluster(db_template, masters=2, workers=2, slots=4, redis_url=broker.url) as c,
     ):
-        job_id = submit(c, STREAMING)
+        job_id = submit(c, CHECKPOINTING_STREAM)
 
-        def completed() -> int:
-            return c.one(
-                "SELECT checkpoints_completed FROM engine_pipeline WHERE job_id = %s", (job_id,)
-            )
-
-        wait_for(lambda: completed() >= 2, 30, interval=0.05, what="checkpoints")
+        wait_for(
+            lambda: c.checkpoints_completed(job_id) >= 2, 30, interval=0.05, what="checkpoints"
+        )
         leader = c.active_master()
         broker.stop() if outage == "stopped" else broker.freeze()
         holds_for(lambda: c.active_master() == leader, 10, what="the same active master")
         broker.start() if outage == "stopped" else broker.thaw()
-        returned, before = time.monotonic(), completed()
-        wait_for(lambda: completed() >= before + 2, 10, interval=0.05, what="checkpoints again")
+        returned, before = time.monotonic(), c.checkpoints_completed(job_id)
+        wait_for(
+            lambda: c.checkpoints_completed(job_id) >= before + 2,
+            10,
+            interval=0.05,
+            what="checkpoints again",
+        )
         assert time.monotonic() - returned < 5
         assert c.active_master() == leader
         assert all(p["alive"] for p in c.status())

@@ -26,12 +26,9 @@ def test_a_web_process_frozen_inside_a_submit_stalls_nothing(db_template):
     with Cluster(db_template, masters=1, workers=1, slots=4) as c:
         job_id = submit(c, STREAMING)
 
-        def completed() -> int:
-            return c.one(
-                "SELECT checkpoints_completed FROM engine_pipeline WHERE job_id = %s", (job_id,)
-            )
-
-        wait_for(lambda: completed() >= 2, 30, interval=0.05, what="checkpoints")
+        wait_for(
+            lambda: c.checkpoints_completed(job_id) >= 2, 30, interval=0.05, what="checkpoints"
+        )
 
         def web_waits_on_a_lock() -> bool:
             return c.one(
@@ -52,8 +49,13 @@ def test_a_web_process_frozen_inside_a_submit_stalls_nothing(db_template):
             wait_for(web_waits_on_a_lock, 10, what="the submit to wait for the append lock")
             c.signal("web", signal.SIGSTOP)
         try:
-            before = completed()
-            wait_for(lambda: completed() >= before + 3, 10, interval=0.05, what="checkpoints again")
+            before = c.checkpoints_completed(job_id)
+            wait_for(
+                lambda: c.checkpoints_completed(job_id) >= before + 3,
+                10,
+                interval=0.05,
+                what="checkpoints again",
+            )
             assert not c.one(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'keel:web:%%'"
                 " AND state LIKE 'idle in transaction%%'"

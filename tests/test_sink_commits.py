@@ -3,7 +3,6 @@ cancelled job's readers before their sinks are aborted."""
 
 from __future__ import annotations
 
-import json
 import textwrap
 
 import psycopg
@@ -98,32 +97,11 @@ def test_a_cancelled_job_commits_the_checkpoint_that_completed(sc, data_db):
         sink {{ Jdbc {{ url = "{url}", table = dst }} }}
     """),
     )
-    wait_for(
-        lambda: (
-            sc.one("SELECT checkpoints_completed FROM engine_pipeline WHERE job_id = %s", (job_id,))
-            >= 3
-        ),
-        30,
-        interval=0.05,
-        what="three checkpoints",
-    )
+    wait_for(lambda: sc.checkpoints_completed(job_id) >= 3, 30, interval=0.05, what="checkpoints")
     assert post(sc, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
     assert wait_status(sc, job_id, {"CANCELED", "FAILED", "FINISHED"})["jobStatus"] == "CANCELED"
-    checkpoint_id = sc.one(
-        "SELECT max(id) FROM engine_checkpoint WHERE job_id = %s AND state = 'COMPLETED'",
-        (job_id,),
-    )
-    acks = sc.query(
-        """
-        SELECT a.state, a.committed_at IS NOT NULL
-          FROM engine_taskcheckpoint a JOIN engine_taskgroup g ON g.id = a.task_group_id
-         WHERE a.checkpoint_id = %s AND g.kind = 'READER'
-        """,
-        (checkpoint_id,),
-    )
-    assert len(acks) == 2 and all(committed for _, committed in acks)
-    states = [json.loads(state) if isinstance(state, str) else state for state, _ in acks]
-    cut = sum(p["offset"] for state in states for p in state["splits"].values())
+    cut, readers, committed = sc.newest_completed_cut(job_id)
+    assert readers == committed == 2
     with psycopg.connect(data_db) as conn:
         rows, distinct = conn.execute("SELECT count(*), count(DISTINCT id) FROM dst").fetchone()
     assert (rows, distinct) == (cut, cut)

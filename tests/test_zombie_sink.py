@@ -5,7 +5,6 @@ holds the writer's lock; the master ends a removed member's sink sessions too.""
 
 from __future__ import annotations
 
-import json
 import signal
 import textwrap
 
@@ -25,13 +24,9 @@ def reader_member(c: Cluster, job_id: int) -> str:
     return next(g for g in groups if g["kind"] == "READER")["member"]["name"]
 
 
-def completed(c: Cluster, job_id: int) -> int:
-    return c.one("SELECT checkpoints_completed FROM engine_pipeline WHERE job_id = %s", (job_id,))
-
-
 def checkpoints_go_on(c: Cluster, job_id: int, what: str) -> None:
-    before = completed(c, job_id)
-    wait_for(lambda: completed(c, job_id) >= before + 2, 15, interval=0.05, what=what)
+    before = c.checkpoints_completed(job_id)
+    wait_for(lambda: c.checkpoints_completed(job_id) >= before + 2, 15, interval=0.05, what=what)
 
 
 def freeze_the_writer(c: Cluster, job_id: int, restore: int) -> None:
@@ -77,22 +72,7 @@ def test_a_worker_frozen_mid_write_stalls_nothing_and_lands_nothing(db_template,
             freeze_the_writer(c, job_id, restore)
         assert post(c, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
         assert wait_status(c, job_id, {"CANCELED", "FAILED"})["jobStatus"] == "CANCELED"
-        checkpoint_id = c.one(
-            "SELECT max(id) FROM engine_checkpoint WHERE job_id = %s AND state = 'COMPLETED'",
-            (job_id,),
-        )
-        states = [
-            json.loads(state) if isinstance(state, str) else state
-            for (state,) in c.query(
-                """
-                SELECT a.state FROM engine_taskcheckpoint a
-                  JOIN engine_taskgroup g ON g.id = a.task_group_id
-                 WHERE a.checkpoint_id = %s AND g.kind = 'READER'
-                """,
-                (checkpoint_id,),
-            )
-        ]
-    cut = sum(p["offset"] for state in states for p in state["splits"].values())
+        cut, _, _ = c.newest_completed_cut(job_id)
     with psycopg.connect(data_db) as conn:
         rows, distinct = conn.execute("SELECT count(*), count(DISTINCT id) FROM dst").fetchone()
     assert (rows, distinct) == (cut, cut)
