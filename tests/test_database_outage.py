@@ -9,17 +9,10 @@ import time
 import pytest
 
 from tests.clusterkit import Cluster, DatabaseTemplate, wait_for
-from tests.faultkit import PrivatePostgres
+from tests.faultkit import CHECKPOINTING_STREAM, PrivatePostgres
 from tests.test_jobs_cluster import job, submit
 
 pytestmark = pytest.mark.cluster
-
-STREAMING = """
-env { job.mode = STREAMING, parallelism = 2, checkpoint.interval = 500,
-      job.retry.interval.seconds = 0 }
-source { FakeSource { split.num = 2, rows.per-second = 200 } }
-sink { Blackhole { } }
-"""
 
 
 def test_a_postgres_restart_restores_nothing():
@@ -27,16 +20,17 @@ def test_a_postgres_restart_restores_nothing():
         template = DatabaseTemplate(server.url)
         try:
             with Cluster(template, masters=2, workers=2, slots=4) as c:
-                job_id = submit(c, STREAMING)
+                job_id = submit(c, CHECKPOINTING_STREAM)
 
-                def completed() -> int:
-                    return c.one(
-                        "SELECT checkpoints_completed FROM engine_pipeline WHERE job_id = %s",
-                        (job_id,),
-                    )
-
-                wait_for(lambda: completed() >= 2, 30, interval=0.05, what="checkpoints")
-                members = c.query("SELECT uuid FROM engine_member WHERE state = 'ALIVE'")
+                wait_for(
+                    lambda: c.checkpoints_completed(job_id) >= 2,
+                    30,
+                    interval=0.05,
+                    what="checkpoints",
+                )
+                members = c.query(
+                    "SELECT uuid FROM engine_member WHERE state = 'ALIVE' ORDER BY uuid"
+                )
                 c.db.close()
                 server.stop()
                 down_since = time.monotonic()
@@ -50,12 +44,18 @@ def test_a_postgres_restart_restores_nothing():
                     what="five seconds of outage",
                 )
                 server.start()
-                before = completed()
+                before = c.checkpoints_completed(job_id)
                 wait_for(
-                    lambda: completed() >= before + 2, 20, interval=0.1, what="checkpoints again"
+                    lambda: c.checkpoints_completed(job_id) >= before + 2,
+                    20,
+                    interval=0.1,
+                    what="checkpoints again",
                 )
                 assert all(p["alive"] for p in c.status())
-                assert c.query("SELECT uuid FROM engine_member WHERE state = 'ALIVE'") == members
+                assert (
+                    c.query("SELECT uuid FROM engine_member WHERE state = 'ALIVE' ORDER BY uuid")
+                    == members
+                )
                 assert c.one("SELECT count(*) FROM engine_controlstep") == 0
                 detail = job(c, job_id)
                 assert detail["jobStatus"] == "RUNNING"
