@@ -94,7 +94,8 @@ def ride_out(
     """Run ``call`` (its own transaction, or none); while the database is unreachable, drop
     this thread's connection and try again with backoff, for at most ``tolerance`` seconds
     (``engine.database-outage-tolerance``) before the error is raised. ``wait`` is how to
-    wait (a stop event's ``wait`` ends it early: the call is then made once more)."""
+    wait: a stop event's ``wait`` ends it early (the call is then made once more), and once
+    it has ended early the backoff sleeps (a set event would make the retries spin)."""
     deadline = None
     delay = 0.1
     while True:
@@ -108,7 +109,8 @@ def ride_out(
             if now >= deadline:
                 raise
             connection.close()
-            wait(delay)
+            if wait(delay):
+                wait = time.sleep
             delay = min(delay * 2, 1.0)
 
 

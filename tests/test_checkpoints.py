@@ -52,7 +52,12 @@ def test_completes_when_every_expected_attempt_acked(running_pipeline):
     checkpoint = start(running_pipeline)
     groups = list(TaskGroup.objects.filter(pipeline=running_pipeline))
     assert checkpoints.acknowledge(checkpoint.id, groups[0].id, 1, {"kind": "enumerator"})
-    assert not checkpoints.acknowledge(checkpoint.id, groups[0].id, 1, {})  # once per group
+    # Once per group: the same attempt again is recorded already; another attempt is refused.
+    assert checkpoints.acknowledge(checkpoint.id, groups[0].id, 1, {})
+    assert not checkpoints.acknowledge(checkpoint.id, groups[0].id, 2, {})
+    assert TaskCheckpoint.objects.get(checkpoint=checkpoint, task_group=groups[0]).state == {
+        "kind": "enumerator"
+    }
     checkpoints.complete_or_expire(EPOCH)
     assert Checkpoint.objects.get(id=checkpoint.id).state == "PENDING"
     checkpoints.acknowledge(checkpoint.id, groups[1].id, 1, {"splits": {}, "sinks": [{}]})
@@ -153,3 +158,38 @@ def test_a_completed_checkpoint_is_committed_even_if_ending_the_next_one_fails(e
             repr([reader.id, reader.attempt, str(member.uuid), completed[0]]),
         )
     ]
+
+
+def test_a_failed_final_checkpoint_is_tried_again_within_seconds_not_an_interval(engine):
+    """A batch reader that read all its input waits for a checkpoint triggered after that to
+    complete before it ends: if that one fails, the next is due after FINAL_RETRY, not after
+    ``checkpoint.interval`` (a minute here)."""
+    engine.add_member(slots=4)
+    job = submit_job(
+        "env { job.mode = BATCH, parallelism = 1, checkpoint.interval = 60000 }\n"
+        "source { FakeSource { } }\nsink { Blackhole { } }"
+    )
+    engine.schedule()
+    engine.run_deployed()
+    pipeline = Pipeline.objects.get(job=job)
+    reader = TaskGroup.objects.get(pipeline=pipeline, kind="READER")
+    now = checkpoints.database_now()
+    TaskGroup.objects.filter(id=reader.id).update(input_ended_at=now - timedelta(seconds=5))
+    earlier = start(pipeline, state="COMPLETED", triggered_at=now - timedelta(seconds=9))
+    final = start(pipeline, state="FAILED", triggered_at=now - timedelta(seconds=4))
+
+    due = checkpoints.trigger_due(engine.epoch)
+    assert {checkpoint_id for checkpoint_id, _ in due} - {earlier.id, final.id}
+    assert {target.task_group_id for _, target in due} == set(
+        TaskGroup.objects.filter(pipeline=pipeline).values_list("id", flat=True)
+    )
+
+    # Once one triggered after the input ended completes, nothing more is owed before the
+    # interval; a failed one just now is retried only after FINAL_RETRY.
+    Checkpoint.objects.filter(state="PENDING").update(
+        state="COMPLETED", triggered_at=now - timedelta(seconds=2)
+    )
+    assert checkpoints.trigger_due(engine.epoch) == []
+    Checkpoint.objects.filter(state="COMPLETED").update(triggered_at=now - timedelta(seconds=9))
+    start(pipeline, state="FAILED", triggered_at=checkpoints.database_now())
+    assert checkpoints.trigger_due(engine.epoch) == []

@@ -95,3 +95,67 @@ def test_heartbeat_refused_after_leave_and_leave_counts_once(sessions):
     assert Member.objects.get(id=session.id).state == "LEFT"
     with pytest.raises(MemberFenced):
         session.heartbeat()
+
+
+def test_a_rejoin_whose_new_session_is_lost_too_tries_again(sessions):
+    """After a blip the member reconnects; if that new session is lost as well before it took
+    its lock back (the database still restarting), it tries again within the tolerance rather
+    than letting a driver error kill the heartbeat thread (which would leave the worker alive
+    with no heartbeat)."""
+    import threading
+
+    import psycopg
+    from django.db import connection
+
+    from engine.cluster.membership import member_application_name
+    from tests.clusterkit import admin_conn
+
+    session = register_member("w-rejoin", 1, "FIXED")
+    sessions.append(session)
+    name = member_application_name(session.uuid)
+    db = connection.settings_dict
+    blocker = psycopg.connect(dbname=db["NAME"], host=db["HOST"] or None, port=db["PORT"] or None)
+    admin = admin_conn()
+    try:
+        # Hold the member's row so the rejoin's UPDATE waits where we can end its session.
+        blocker.execute("SELECT 1 FROM engine_member WHERE id = %s FOR UPDATE", (session.id,))
+        admin.execute(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+            " WHERE application_name = %s",
+            (name,),
+        )
+
+        def waiting_rejoin() -> int | None:
+            row = admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+                " AND wait_event_type = 'Lock'",
+                (name,),
+            ).fetchone()
+            return row[0] if row else None
+
+        outcome: dict = {}
+
+        def beat() -> None:
+            try:
+                session.heartbeat(20.0)
+                outcome["ok"] = True
+            except BaseException as exc:  # what the heartbeat thread would die of
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        first = wait_for(waiting_rejoin, 10, what="a rejoin waiting on the member row")
+        admin.execute("SELECT pg_terminate_backend(%s, 5000)", (first,))
+        wait_for(
+            lambda: ((pid := waiting_rejoin()) and pid != first) or "error" in outcome,
+            10,
+            what="a second rejoin",
+        )
+        blocker.rollback()
+        thread.join(20)
+        assert outcome == {"ok": True}
+        session.heartbeat()  # the new session works and holds the lock
+        assert [] == find_dead_members(30)
+    finally:
+        blocker.close()
+        admin.close()

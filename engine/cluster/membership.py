@@ -20,11 +20,12 @@ import uuid as uuidlib
 from dataclasses import dataclass
 
 import psycopg
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from engine import dirty
 from engine import events as builders
 from engine.cluster.slots import create_fixed_slots
+from engine.connectors.jdbc_writers import member_sink_sessions
 from engine.dbsession import connect_dedicated, django_application_name
 from engine.events import append_events
 from engine.fencing import fenced
@@ -91,13 +92,21 @@ class MemberSession:
                 time.sleep(delay)  # a backoff between connection attempts
                 delay = min(delay * 2, 1.0)
                 continue
-            locked = conn.execute(
-                "SELECT pg_try_advisory_lock(%s, %s)", member_lock_key(self.id)
-            ).fetchone()[0]
-            cur = conn.execute(
-                "UPDATE engine_member SET last_heartbeat = now() WHERE id = %s AND state = %s",
-                (self.id, MemberState.ALIVE),
-            )
+            try:
+                locked = conn.execute(
+                    "SELECT pg_try_advisory_lock(%s, %s)", member_lock_key(self.id)
+                ).fetchone()[0]
+                cur = conn.execute(
+                    "UPDATE engine_member SET last_heartbeat = now() WHERE id = %s AND state = %s",
+                    (self.id, MemberState.ALIVE),
+                )
+            except psycopg.Error as exc:  # the new session was lost too: try again
+                conn.close()
+                if time.monotonic() + delay > deadline:
+                    raise MemberFenced(f"membership session lost: {exc}".strip()) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
             if locked and cur.rowcount == 1:
                 self.conn = conn
                 log.warning("member %s rejoined after a database outage", self.name)
@@ -235,20 +244,39 @@ def remove_member(epoch: int, member_id: int, reason: str) -> bool:
 def _end_member_sessions(member: Member) -> None:
     """End every session of a removed member (its membership session, its Django sessions and
     its sink sessions in any database of this server), so a frozen member that wakes finds
-    itself fenced and cannot finish a half-done write."""
+    itself fenced and cannot finish a half-done write.
+
+    One by one: a session we may not end (a sink session logged in as a role the engine is
+    not a member of) is logged and passed over, and never spares the others."""
     with connection.cursor() as cur:
         cur.execute(
             """
-            SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-             WHERE (datname = current_database() AND application_name IN (%s, %s))
-                OR application_name LIKE %s
+            SELECT pid, usename, application_name FROM pg_stat_activity
+             WHERE ((datname = current_database() AND application_name IN (%s, %s))
+                OR application_name LIKE %s)
+               AND pid <> pg_backend_pid()
+             ORDER BY pid
             """,
             [
                 member_application_name(member.uuid),
                 django_application_name(member.name, member.pid),
-                f"keel-sink:{member.uuid}:%",
+                member_sink_sessions(member.uuid),
             ],
         )
+        sessions = cur.fetchall()
+    for pid, role, name in sessions:
+        try:
+            with transaction.atomic(), connection.cursor() as cur:
+                cur.execute("SELECT pg_terminate_backend(%s)", [pid])
+        except DatabaseError as exc:
+            log.warning(
+                "could not end session %s (%s, role %s) of removed member %s: %s",
+                pid,
+                name,
+                role,
+                member.name,
+                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+            )
 
 
 def find_dead_members(heartbeat_timeout: float) -> list[tuple[int, str]]:

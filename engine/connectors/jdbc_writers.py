@@ -3,6 +3,9 @@ and the sink sessions they write on."""
 
 from __future__ import annotations
 
+import hashlib
+import uuid as uuidlib
+
 import psycopg
 from psycopg import sql
 
@@ -17,10 +20,32 @@ SINK_SESSION_OPTIONS = (
 )
 
 
+#: PostgreSQL keeps 63 bytes of an application_name: a sink session's name is built to fit
+#: (a truncated name would hide the session from the fences that look for it).
+APPLICATION_NAME_MAX = 63
+WRITER_TAG_MAX = 12
+
+
+def writer_tag(writer: str) -> str:
+    """The writer key as it appears in a session name: itself when short, else a digest."""
+    if len(writer) <= WRITER_TAG_MAX:
+        return writer
+    return hashlib.blake2b(writer.encode(), digest_size=WRITER_TAG_MAX // 2).hexdigest()
+
+
+def member_sink_sessions(member_uuid: str | uuidlib.UUID) -> str:
+    """A LIKE pattern for every sink session of one member (ended when it is removed)."""
+    return f"keel-sink:{uuidlib.UUID(str(member_uuid)).hex}:%"
+
+
 def sink_application_name(member_uuid: str, writer: str, attempt: int) -> str:
     """Names a sink session after its member, writer and attempt: the master ends a removed
     member's sink sessions, and a writer's next attempt ends those of the older ones."""
-    return f"keel-sink:{member_uuid}:{writer}:{attempt}"
+    member = uuidlib.UUID(member_uuid).hex if member_uuid else "-"
+    name = f"keel-sink:{member}:{writer_tag(writer)}:{attempt}"
+    if len(name) > APPLICATION_NAME_MAX:
+        raise ValueError(f"sink session name too long: {name}")
+    return name
 
 
 def connect_sink(config: dict, context: dict, writer: str) -> psycopg.Connection:
@@ -56,7 +81,7 @@ def fence_older_attempts(conn: psycopg.Connection, writer: str, attempt: int) ->
            AND split_part(application_name, ':', 4) ~ '^[0-9]+$'
            AND split_part(application_name, ':', 4)::int < %s
         """,
-        (writer, attempt),
+        (writer_tag(writer), attempt),
     )
     conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"keel-writer:{writer}",))
     conn.commit()

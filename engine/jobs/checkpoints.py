@@ -20,10 +20,9 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Max, Q
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from engine import events as builders
 from engine.events import append_events
@@ -34,13 +33,24 @@ from engine.states import CheckpointState, ExecutionStatus, JobStatus, TaskGroup
 
 log = logging.getLogger("keel.checkpoints")
 BARRIER_RESEND = 2.0
+#: How soon a reader's final checkpoint is tried again after one failed (not a whole interval).
+FINAL_RETRY = 1.0
+
+
+def database_now():
+    """The database's clock: every time this module compares is one PostgreSQL wrote, and the
+    master's own clock may be off by any amount."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT statement_timestamp()")
+        return cur.fetchone()[0]
 
 
 def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
     """Start a checkpoint for every RUNNING pipeline whose interval has passed, or one of whose
-    readers read all its input since the last one (its final checkpoint). Returns the barriers
-    to send once committed: (checkpoint id, task group attempt)."""
-    now = timezone.now()
+    readers read all its input since the last one (its final checkpoint; if that one fails,
+    again after FINAL_RETRY rather than a whole interval). Returns the barriers to send once
+    committed: (checkpoint id, task group attempt)."""
+    now = database_now()
     candidates = (
         Pipeline.objects.filter(status=ExecutionStatus.RUNNING, job__status=JobStatus.RUNNING)
         .exclude(checkpoints__state=CheckpointState.PENDING)
@@ -50,6 +60,10 @@ def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
                 "task_groups__input_ended_at",
                 filter=Q(task_groups__status=ExecutionStatus.RUNNING),
             ),
+            last_completed=Max(
+                "checkpoints__triggered_at",
+                filter=Q(checkpoints__state=CheckpointState.COMPLETED),
+            ),
         )
         .select_related("job")
     )
@@ -58,10 +72,21 @@ def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
         interval = pipeline.job.env.get("checkpoint.interval") or 0
         if interval <= 0:
             continue
+        # A reader that read all its input ends only after a checkpoint triggered since
+        # completes (its final checkpoint).
+        final_owed = pipeline.input_ended is not None and (
+            pipeline.last_completed is None or pipeline.last_completed < pipeline.input_ended
+        )
         if (
             pipeline.last is None
             or pipeline.last <= now - timedelta(milliseconds=interval)
-            or (pipeline.input_ended is not None and pipeline.input_ended >= pipeline.last)
+            or (
+                final_owed
+                and (
+                    pipeline.input_ended >= pipeline.last
+                    or pipeline.last <= now - timedelta(seconds=FINAL_RETRY)
+                )
+            )
         ):
             due.append(pipeline)
     if not due:
@@ -91,7 +116,7 @@ def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
                 pipeline=pipeline,
                 expected={str(g.task_group_id): g.attempt for g in targets},
                 barrier_epoch=epoch,
-                barriers_sent_at=now,
+                barriers_sent_at=Now(),
             )
             barriers += [(checkpoint.id, g) for g in targets]
             events.append(
@@ -105,7 +130,7 @@ def unacked_barriers(epoch: int) -> list[tuple[int, Deployment]]:
     """The barriers of PENDING checkpoints still waiting for an ack, to send again: every one
     of a checkpoint last sent under another epoch, and the others every BARRIER_RESEND seconds
     (a dropped message, a full mailbox, a broker outage)."""
-    cutoff = timezone.now() - timedelta(seconds=BARRIER_RESEND)
+    cutoff = Now() - timedelta(seconds=BARRIER_RESEND)  # compared by the database's clock
     with fenced(epoch):
         due = list(
             Checkpoint.objects.select_for_update(no_key=True, skip_locked=True)
@@ -143,9 +168,21 @@ def unacked_barriers(epoch: int) -> list[tuple[int, Deployment]]:
 
 
 def acknowledge(checkpoint_id: int, task_group_id: int, attempt: int, state: dict) -> bool:
-    """A task group's snapshot for checkpoint N (idempotent: one ack per task group)."""
+    """A task group's snapshot for checkpoint N: True once it is recorded for this attempt.
+
+    One ack per task group: a second one of the same attempt (a retry after a commit whose
+    answer was lost) answers True, even if the checkpoint has ended since, and keeps the first
+    snapshot; another attempt's answers False."""
+
+    def recorded() -> bool:
+        return TaskCheckpoint.objects.filter(
+            checkpoint_id=checkpoint_id, task_group_id=task_group_id, attempt=attempt
+        ).exists()
+
     try:
         with transaction.atomic():
+            if recorded():
+                return True
             pending = Checkpoint.objects.filter(
                 id=checkpoint_id, state=CheckpointState.PENDING
             ).exists()
@@ -159,7 +196,7 @@ def acknowledge(checkpoint_id: int, task_group_id: int, attempt: int, state: dic
             )
         return True
     except IntegrityError:
-        return False
+        return recorded()
 
 
 def complete_or_expire(
@@ -172,7 +209,7 @@ def complete_or_expire(
         Checkpoint.objects.filter(state=CheckpointState.PENDING).select_related("pipeline", "job")
     )
     ended = 0
-    now = timezone.now()
+    now = database_now()
     for checkpoint in pending:
         acks = {
             (str(tg), a)
@@ -203,20 +240,30 @@ def complete_or_expire(
             state, reason = CheckpointState.FAILED, "checkpoint timeout"
         else:
             continue
-        if _end(epoch, checkpoint, state, reason):
+        state = _end(epoch, checkpoint, state, reason)
+        if state is not None:
             ended += 1
             if state == CheckpointState.COMPLETED:
                 on_completed(checkpoint)
     return ended
 
 
-def _end(epoch: int, checkpoint: Checkpoint, state: str, reason: str = "") -> bool:
+def _end(epoch: int, checkpoint: Checkpoint, state: str, reason: str = "") -> str | None:
+    """End a PENDING checkpoint; returns the state it ended in (None: it had ended already).
+
+    Under its pipeline's row lock, the lock a restore takes: a checkpoint completes only if
+    its attempts are still the pipeline's (else it FAILS), so a restore and the completion it
+    races are ordered, and the checkpoint the restore rewinds to is the newest completed one
+    as its new readers find it."""
     with fenced(epoch):
+        Pipeline.objects.select_for_update(no_key=True).filter(id=checkpoint.pipeline_id).first()
+        if state == CheckpointState.COMPLETED and not _attempts_current(checkpoint):
+            state, reason = CheckpointState.FAILED, "a task group was redeployed before every ack"
         changed = Checkpoint.objects.filter(id=checkpoint.id, state=CheckpointState.PENDING).update(
             state=state, ended_at=Now(), failure_reason=reason
         )
         if changed != 1:
-            return False
+            return None
         counter = (
             "checkpoints_completed" if state == CheckpointState.COMPLETED else "checkpoints_failed"
         )
@@ -235,7 +282,17 @@ def _end(epoch: int, checkpoint: Checkpoint, state: str, reason: str = "") -> bo
         )
         if state == CheckpointState.COMPLETED:
             _prune(checkpoint)
-    return True
+    return state
+
+
+def _attempts_current(checkpoint: Checkpoint) -> bool:
+    current = {
+        (str(group_id), attempt)
+        for group_id, attempt in TaskGroup.objects.filter(
+            pipeline_id=checkpoint.pipeline_id
+        ).values_list("id", "attempt")
+    }
+    return set(checkpoint.expected.items()) <= current
 
 
 def _prune(checkpoint: Checkpoint) -> None:

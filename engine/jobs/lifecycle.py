@@ -35,7 +35,10 @@ def _lock_job_of(task_group_id: int) -> Job | None:
 
 
 def mark_running(task_group_id: int, attempt: int, member_id: int) -> bool:
-    """DEPLOYING -> RUNNING for this attempt on this member; False if it is not ours any more."""
+    """DEPLOYING -> RUNNING for this attempt on this member; False if it is not ours any more.
+
+    Idempotent: reporting again what already holds (a retry after a commit whose answer was
+    lost to a database blip) answers True, so the task group runs rather than stopping."""
     with transaction.atomic():
         job = _lock_job_of(task_group_id)
         if (
@@ -59,7 +62,16 @@ def mark_running(task_group_id: int, attempt: int, member_id: int) -> bool:
             .update(status=ExecutionStatus.RUNNING, updated_at=Now())
         )
         if changed != 1:
-            return False
+            return (
+                TaskGroup.objects.on_alive_members()
+                .filter(
+                    id=task_group_id,
+                    attempt=attempt,
+                    member_id=member_id,
+                    status=ExecutionStatus.RUNNING,
+                )
+                .exists()
+            )
         events = [
             builders.taskgroup_status(
                 job.id, task_group_id, attempt, ExecutionStatus.DEPLOYING, ExecutionStatus.RUNNING

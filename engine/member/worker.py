@@ -56,9 +56,11 @@ class Worker:
         while not self.stopping.wait(self.options.heartbeat_interval):
             try:
                 self.member.heartbeat(tolerance)
-            except MemberFenced as exc:
+            except Exception as exc:  # fenced, or a failure no heartbeat can outlive
                 if self.stopping.is_set():
                     return
+                if not isinstance(exc, MemberFenced):
+                    log.exception("the member heartbeat failed")
                 log.error("%s; this process exits (a restarted worker joins as a new member)", exc)
                 logging.shutdown()
                 sys.stderr.flush()
