@@ -10,6 +10,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from engine import queries
 from engine.api.serializers.events import EngineEventSerializer
+from engine.roles import VIEW_JOB
 
 POLL_SECONDS = 0.5
 
@@ -25,6 +26,9 @@ class EventStreamConsumer(AsyncJsonWebsocketConsumer):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
+            return
+        if not await database_sync_to_async(user.has_perm)(VIEW_JOB):
+            await self.close(code=4403)
             return
         query = parse_qs(self.scope.get("query_string", b"").decode())
         try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.decorators import login_required, permission_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
@@ -10,6 +10,7 @@ from django.views.decorators.http import require_GET
 
 from engine import dirty, queries
 from engine.models import Job
+from engine.roles import VIEW_JOB
 from engine.states import DirtyEvaluation
 
 
@@ -25,6 +26,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 @login_required
+@permission_required(VIEW_JOB, raise_exception=True)
 @require_GET
 def cluster(request: HttpRequest) -> HttpResponse:
     recovery = request.GET.get("recovery", "")
@@ -43,6 +45,7 @@ def cluster(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@permission_required(VIEW_JOB, raise_exception=True)
 @require_GET
 def job(request: HttpRequest, job_id: int) -> HttpResponse:
     """One job: its status, pipelines, dirty-job label and recovery episodes (live)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import getpass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -10,6 +10,7 @@ import psycopg
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 EXAMPLES_DB = "keel_examples"
+EXAMPLES_CONNECTION = "examples"
 #: What ./run demo submits: one of each kind, a few seconds of work or a live stream each.
 DEMO_SET = (
     "fake_to_console.streaming.conf",
@@ -30,10 +31,9 @@ def examples_url(database_url: str, name: str = EXAMPLES_DB) -> str:
 
 
 def prepare_examples_db(database_url: str, name: str = EXAMPLES_DB) -> str:
-    """Create the examples database and its tables (idempotent); export its JDBC URL.
+    """Create the examples database and its tables (idempotent); return its JDBC URL.
 
-    Returns the URL and sets KEEL_EXAMPLES_JDBC_URL, which the example configs read.
-    """
+    The example configs name the connection ``examples`` (see ``save_examples_connection``)."""
     url = examples_url(database_url, name)
     admin = urlunsplit(urlsplit(database_url)._replace(path="/postgres"))
     with psycopg.connect(admin, autocommit=True) as conn:
@@ -57,6 +57,24 @@ def prepare_examples_db(database_url: str, name: str = EXAMPLES_DB) -> str:
             "FROM generate_series(1, %s) g ON CONFLICT (id) DO NOTHING",
             (ORDERS,),
         )
-    jdbc = "jdbc:" + url.replace("postgres://", "postgresql://", 1)
-    os.environ["KEEL_EXAMPLES_JDBC_URL"] = jdbc
-    return jdbc
+    parts = urlsplit(url)
+    return "jdbc:" + urlunsplit(
+        parts._replace(scheme="postgresql", netloc=f"{parts.hostname}:{parts.port or 5432}")
+    )
+
+
+def save_examples_connection(jdbc_url: str, database_url: str) -> None:
+    """Store the named connection ``examples`` the example configs use (what an admin would
+    do in the admin). Its user and password are the engine database's, or this OS user with a
+    placeholder password where the server trusts local connections."""
+    from engine.models import Connection
+
+    parts = urlsplit(database_url)
+    connection, _ = Connection.objects.get_or_create(
+        name=EXAMPLES_CONNECTION, defaults={"url": jdbc_url}
+    )
+    connection.url = jdbc_url
+    connection.user = parts.username or getpass.getuser()
+    connection.description = "the example jobs' database (./run demo)"
+    connection.set_password(parts.password or "local-trust")
+    connection.save()

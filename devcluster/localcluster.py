@@ -22,8 +22,10 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from rest_framework.authtoken.models import Token
 
+from engine import roles
 from engine.models import MasterCandidate, Member
 from engine.queries import overview
 from engine.states import SlotMode
@@ -344,9 +346,25 @@ def ensure_admin(var_dir: Path) -> tuple[str, str, str]:
 
 
 def write_api_token(var_dir: Path) -> str:
+    """The admin's token in ``api-token``, and a user and token per role beside it
+    (``api-token-viewer``, ``api-token-operator``), each file mode 600."""
     _, _, key = ensure_admin(var_dir)
     _write_private(var_dir / "api-token", key)
+    for role in (roles.VIEWER, roles.OPERATOR):
+        _write_private(var_dir / f"api-token-{role}", ensure_role_user(role))
     return key
+
+
+def ensure_role_user(role: str) -> str:
+    """A local user named after ``role`` (no password: token only), in its group; its token."""
+    roles.ensure_groups()
+    user, created = get_user_model().objects.get_or_create(username=role)
+    if created:
+        user.set_unusable_password()
+        user.save()
+    user.groups.set([Group.objects.get(name=role)])
+    token, _ = Token.objects.get_or_create(user=user)
+    return token.key
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -15,9 +15,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine import hocon
+
 SECTIONS = ("source", "transform", "sink")
 _RENAMED = re.compile(r"^__keel_(\d+)_(.+)$")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+
+
+#: Bounds on one config beyond its size and depth (engine.config.*): plugin blocks, variables.
+MAX_PLUGIN_BLOCKS = 64
+MAX_VARIABLES = 100
+MAX_VARIABLE_LENGTH = 4096
 
 
 class ConfigError(Exception):
@@ -280,33 +288,99 @@ def lookup(tree: dict[str, Any], dotted: str, default: Any = _MISSING) -> Any:
     return found
 
 
-def parse_job_config(text: str) -> ParsedJob:
-    """Parse a job config; raise ConfigError (path, message, line) for anything malformed."""
+def limits() -> hocon.Limits:
+    from django.conf import settings
+
+    return hocon.Limits(
+        max_bytes=settings.ENGINE["config.max-bytes"],
+        max_depth=settings.ENGINE["config.max-depth"],
+    )
+
+
+def check_variables(values: Any) -> dict[str, str]:
+    """The variables passed with a submission: ``{name: text}`` (ConfigError naming the bad one)."""
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ConfigError([{"path": "variables", "message": "must be an object of name: value"}])
+    errors = []
+    out: dict[str, str] = {}
+    if len(values) > MAX_VARIABLES:
+        errors.append(
+            {"path": "variables", "message": f"at most {MAX_VARIABLES} variables are allowed"}
+        )
+    for name, value in values.items():
+        if not isinstance(name, str) or not hocon.VARIABLE_NAME.match(name):
+            errors.append(
+                {
+                    "path": f"variables.{name}",
+                    "message": "a variable name is letters, digits, '_', '.' or '-', "
+                    "starting with a letter or '_'",
+                }
+            )
+        elif isinstance(value, bool) or not isinstance(value, str | int | float):
+            errors.append({"path": f"variables.{name}", "message": "must be a string or number"})
+        elif len(str(value)) > MAX_VARIABLE_LENGTH:
+            errors.append(
+                {
+                    "path": f"variables.{name}",
+                    "message": f"is longer than {MAX_VARIABLE_LENGTH} characters",
+                }
+            )
+        else:
+            out[name] = str(value)
+    if errors:
+        raise ConfigError(errors)
+    return out
+
+
+def parse_job_config(text: str, variables: dict[str, str] | None = None) -> ParsedJob:
+    """Parse a job config; raise ConfigError (path, message, line) for anything malformed.
+
+    Substitutions resolve inside the config, then from ``variables``; never from the process's
+    environment. Includes are refused, and size and nesting are bounded (engine.hocon)."""
     import pyparsing
     from pyhocon import ConfigFactory
-    from pyhocon.exceptions import ConfigException
+    from pyhocon.exceptions import ConfigException, ConfigSubstitutionException
 
     if not isinstance(text, str) or not text.strip():
         raise ConfigError([{"path": "config", "message": "the job config is empty"}])
+    refusal = hocon.scan(text, limits())
+    if refusal is not None:
+        error: dict[str, Any] = {"path": "config", "message": refusal.message}
+        if refusal.line:
+            error.update(line=refusal.line, column=refusal.column)
+        raise ConfigError([error])
     renamed, lines = _rename_plugin_blocks(text)
     try:
-        tree = ConfigFactory.parse_string(renamed)
+        with hocon.variables(variables):
+            tree = ConfigFactory.parse_string(renamed)
     except pyparsing.ParseBaseException as exc:
-        message = str(exc.msg) if getattr(exc, "msg", None) else str(exc)
+        line, column = hocon.position(renamed, exc.loc)
         raise ConfigError(
             [
                 {
                     "path": "config",
-                    "line": exc.lineno,
-                    "column": exc.col,
-                    "message": f"syntax error at line {exc.lineno}, column {exc.col}: {message}",
+                    "line": line,
+                    "column": column,
+                    "message": f"syntax error at line {line}, column {column}: unexpected "
+                    f"{hocon.describe_at(renamed, exc.loc)}",
                 }
             ]
         ) from None
+    except ConfigSubstitutionException as exc:
+        raise ConfigError([_substitution_error(str(exc))]) from None
     except ConfigException as exc:
-        line = re.search(r"line: (\d+)", str(exc))
+        found = re.search(r"line: ?(\d+)", str(exc))
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid config"
         raise ConfigError(
-            [{"path": "config", "line": int(line.group(1)) if line else None, "message": str(exc)}]
+            [
+                {
+                    "path": "config",
+                    "line": int(found.group(1)) if found else None,
+                    "message": message[:200],
+                }
+            ]
         ) from None
     except RecursionError:
         raise ConfigError([{"path": "config", "message": "the config nests too deeply"}]) from None
@@ -329,6 +403,17 @@ def parse_job_config(text: str) -> ParsedJob:
     job = ParsedJob(env=flatten_options(env))
     for section in SECTIONS:
         job.blocks[section] = _section_blocks(section, root.get(section), lines, errors)
+    blocks = sum(len(b) for b in job.blocks.values())
+    if blocks > MAX_PLUGIN_BLOCKS:
+        raise ConfigError(
+            [
+                {
+                    "path": "config",
+                    "message": f"the config has {blocks} plugin blocks, over the limit of "
+                    f"{MAX_PLUGIN_BLOCKS}",
+                }
+            ]
+        )
     if not job.blocks["source"] and not any(e["path"].startswith("source") for e in errors):
         errors.append({"path": "source", "message": "at least one source is required"})
     if not job.blocks["sink"] and not any(e["path"].startswith("sink") for e in errors):
@@ -372,3 +457,45 @@ def _section_blocks(section: str, value: Any, lines: dict, errors: list[dict]) -
         blocks.append(PluginBlock(section, index, name, options, lines.get((section, index))))
     blocks.sort(key=lambda b: b.index)
     return blocks
+
+
+def _substitution_error(text: str) -> dict:
+    """pyhocon's unresolved substitution, said for a job's author."""
+    found = re.search(r"\$\{([^}]*)\}.*?line: ?(\d+), col: ?(\d+)", text)
+    if not found:
+        return {"path": "config", "message": text.strip().splitlines()[0][:200]}
+    name, line, column = found.group(1), int(found.group(2)), int(found.group(3))
+    return {
+        "path": "config",
+        "line": line,
+        "column": column,
+        "message": f"unknown variable ${{{name}}} at line {line}: define {name} in the config, "
+        f'or pass it with the submission (variables {{"{name}": ...}}, or -i {name}=...)',
+    }
+
+
+#: An option whose value is a secret: its literal value never leaves the plan (API answers,
+#: the dashboard and the stored config text show it redacted).
+SECRET_KEY_NAMES = ("password", "passwd", "secret", "token", "credential")
+REDACTED = "******"
+_SECRET_ASSIGNMENT = re.compile(
+    r"""(?ix)
+    ((?:^|[\s{,\[])                       # where a key starts
+     "?(?:[\w-]+\.)*(?:[\w-]*(?:password|passwd|secret|token|credential)[\w-]*)"?
+     \s*[=:]\s*)
+    ("(?:[^"\\\n]|\\.)*"|[^\s,}\]#\n]+)  # the literal value: quoted, or unquoted up to a delimiter
+    """
+)
+
+
+def redact_config(text: str) -> str:
+    """The config with every literal secret value replaced (substitutions kept: they name a
+    variable, not its value)."""
+
+    def replace(match: re.Match) -> str:
+        value = match.group(2)
+        if value.startswith("${"):
+            return match.group(0)
+        return f'{match.group(1)}"{REDACTED}"'
+
+    return _SECRET_ASSIGNMENT.sub(replace, text)

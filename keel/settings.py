@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -82,6 +83,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "channels",
+    "axes",
     "engine",
     "history",
     "dashboard",
@@ -96,7 +98,22 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: it answers a locked-out login itself.
+    "axes.middleware.AxesMiddleware",
 ]
+
+#: Failed logins are rate-limited (django-axes): after AXES_FAILURE_LIMIT failures for one
+#: username from one address, logins of that pair are refused for AXES_COOLOFF_TIME. API tokens
+#: are not passwords and are not counted.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("KEEL_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("KEEL_LOGIN_COOLOFF_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "keel.urls"
 ASGI_APPLICATION = "keel.asgi.application"
@@ -155,7 +172,10 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "engine.api.permissions.HasRole",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "EXCEPTION_HANDLER": "engine.api.errors.exception_handler",
@@ -221,6 +241,33 @@ ENGINE = {
     # host mounts at the same place. Set true once it is; until then such jobs are refused.
     "localfile.shared-storage": os.environ.get("KEEL_LOCALFILE_SHARED_STORAGE", "false").lower()
     in ("1", "true", "yes"),
+    # Where jobs' connectors may reach (engine.connectors.boundaries): directories for
+    # LocalFile (os.pathsep-separated), and host[:port][/database] patterns for Jdbc URLs
+    # written in a config (comma-separated; "loopback" is every loopback address). The
+    # engine's own database is refused whatever these say.
+    "connectors.file-roots": [
+        str(BASE_DIR / p) if not os.path.isabs(p) else p
+        for p in os.environ.get(
+            "KEEL_CONNECTORS_FILE_ROOTS", os.pathsep.join([str(VAR_DIR / "data"), "examples"])
+        ).split(os.pathsep)
+        if p
+    ],
+    # Set for the web process by `manage.py web`: plans that connect to databases (Jdbc
+    # checks) are made by a worker, so the web process opens no connection a job names.
+    "connectors.check-in-workers": os.environ.get("KEEL_CHECK_IN_WORKERS", "") == "1",
+    "connectors.check-timeout": _duration(
+        "KEEL_CHECK_TIMEOUT", os.environ.get("KEEL_CHECK_TIMEOUT", "20s")
+    ),
+    "connectors.jdbc-allowed": [
+        p.strip()
+        for p in os.environ.get("KEEL_CONNECTORS_JDBC_ALLOWED", "loopback").split(",")
+        if p.strip()
+    ],
+    # Bounds on one job config (engine.hocon, engine.jobs.planner): its size in bytes, how
+    # deep its objects and lists nest, and its readers (pipelines x parallelism).
+    "config.max-bytes": int(os.environ.get("KEEL_CONFIG_MAX_BYTES", "262144")),
+    "config.max-depth": int(os.environ.get("KEEL_CONFIG_MAX_DEPTH", "32")),
+    "config.max-readers": int(os.environ.get("KEEL_CONFIG_MAX_READERS", "256")),
     # Dirty-job tracking (engine.dirty): recent episodes kept per job, and how long an episode
     # may wait without any deployment before it is aborted as stale (a duration: 10m, 90s, 2h).
     "dirty-task.event-history-size": int(

@@ -29,14 +29,14 @@ env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 500,
       job.retry.interval.seconds = 0, job.retry.times = 100 }}
 source {{ FakeSource {{ split.num = {splits}, rows.per-second = 300,
                        schema {{ fields {{ id = bigint, name = string }} }} }} }}
-sink {{ Jdbc {{ url = "{url}", table = stream }} }}
+sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = stream }} }}
 """
 BATCH = """
 env {{ job.mode = BATCH, parallelism = 2, checkpoint.interval = 500,
       job.retry.interval.seconds = 0, job.retry.times = 100 }}
 source {{ FakeSource {{ split.num = {splits}, row.num = {rows}, rows.per-second = 400,
                        schema {{ fields {{ id = bigint, name = string }} }} }} }}
-sink {{ Jdbc {{ url = "{url}", table = {table} }} }}
+sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = {table} }} }}
 """
 
 

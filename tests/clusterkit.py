@@ -287,6 +287,25 @@ class Cluster:
         except ValueError:
             return status, body.decode(errors="replace")
 
+    def post(
+        self, path: str, body: dict | None = None, token: str | None = None
+    ) -> tuple[int, Any]:
+        """POST JSON to ``path`` with the admin token unless ``token`` is given."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}",
+            method="POST",
+            data=json.dumps(body or {}).encode(),
+            headers={
+                "Authorization": f"Token {token or self.token}",
+                "Content-Type": "application/json",
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
     def restore(self) -> None:
         """Start every process of the cluster that is not running (between destructive tests)."""
         for proc in self.status():

@@ -1,8 +1,28 @@
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 
-from tests.clusterkit import Cluster, DatabaseTemplate
+#: Tests write LocalFile data under the temporary directory: a file root for them (and for the
+#: cluster processes they start, which inherit the environment). Boundary tests set their own.
+TEST_FILE_ROOTS = os.pathsep.join(
+    [str(os.path.realpath(tempfile.gettempdir())), ".var/data", "examples"]
+)
+os.environ["KEEL_CONNECTORS_FILE_ROOTS"] = TEST_FILE_ROOTS
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _test_file_roots():
+    from django.conf import settings
+
+    root = os.path.realpath(tempfile.gettempdir())
+    if root not in settings.ENGINE["connectors.file-roots"]:
+        settings.ENGINE["connectors.file-roots"].append(root)
+
+
+from tests.clusterkit import Cluster, DatabaseTemplate  # noqa: E402 (after the roots are set)
 
 
 @pytest.fixture(scope="session")
@@ -47,3 +67,24 @@ def fault():
 
     with Fault() as f:
         yield f
+
+
+@pytest.fixture
+def api(db):
+    """An API client signed in as an operator (may submit and cancel)."""
+    from rest_framework.test import APIClient
+
+    user = role_user("submitter", "operator")
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def role_user(username: str, role: str, password: str = "x-Very-long-pass-0"):  # noqa: S107
+    """A user in one of the role groups (engine.roles): viewer, operator or admin."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    user = get_user_model().objects.create_user(username, password=password)
+    user.groups.add(Group.objects.get(name=role))
+    return user

@@ -10,14 +10,14 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from engine.models import ClusterState, EngineEvent, MasterLease, Member, Slot
+from tests.conftest import role_user
 
 ENDPOINTS = ["/api/v1/overview", "/api/v1/members", "/api/v1/events", "/api/v1/schema"]
 
 
 @pytest.fixture
 def token(db):
-    user = get_user_model().objects.create_user("operator", password="x-Very-long-pass-1")
-    return Token.objects.create(user=user).key
+    return Token.objects.create(user=role_user("operator", "operator")).key
 
 
 @pytest.fixture
@@ -60,8 +60,8 @@ def test_every_endpoint_answers_with_a_token(api, path):
 
 
 def test_session_login_also_works(db, client):
-    get_user_model().objects.create_user("op2", password="x-Very-long-pass-2")
-    assert client.login(username="op2", password="x-Very-long-pass-2")
+    role_user("op2", "viewer", password="x-Very-long-pass-2")
+    assert sign_in(client, "op2", "x-Very-long-pass-2").status_code == 302
     assert client.get("/api/v1/overview").status_code == 200
 
 
@@ -151,8 +151,8 @@ def test_healthz_is_public(client, db):
 
 def test_dashboard_requires_login_and_renders(client, db):
     assert client.get("/").status_code == 302
-    get_user_model().objects.create_user("op3", password="x-Very-long-pass-3")
-    client.login(username="op3", password="x-Very-long-pass-3")
+    role_user("op3", "viewer", password="x-Very-long-pass-3")
+    sign_in(client, "op3", "x-Very-long-pass-3")
     make_member("w1", slots=2, assigned=1)
     page = client.get("/")
     assert page.status_code == 200 and b"w1" in page.content and b"htmx" in page.content
@@ -162,5 +162,22 @@ def test_dashboard_requires_login_and_renders(client, db):
 
 def test_admin_is_staff_only(client, db):
     get_user_model().objects.create_user("op4", password="x-Very-long-pass-4")
-    client.login(username="op4", password="x-Very-long-pass-4")
+    sign_in(client, "op4", "x-Very-long-pass-4")
     assert client.get("/admin/").status_code == 302
+
+
+def sign_in(client, username: str, password: str):
+    """Through the login page, as a browser does (django-axes sees every attempt)."""
+    return client.post("/accounts/login/", {"username": username, "password": password})
+
+
+def test_failed_logins_are_rate_limited(client, db, settings):
+    role_user("op5", "viewer", password="x-Very-long-pass-5")
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+        assert sign_in(client, "op5", "wrong").status_code == 200  # the form again
+    assert sign_in(client, "op5", "wrong").status_code == 429  # the limit: locked out
+    assert sign_in(client, "op5", "x-Very-long-pass-5").status_code == 429  # even the right one
+    assert client.get("/api/v1/overview").status_code == 401  # not signed in
+    # Another user from the same address is not locked out.
+    role_user("op6", "viewer", password="x-Very-long-pass-6")
+    assert sign_in(client, "op6", "x-Very-long-pass-6").status_code == 302

@@ -37,9 +37,14 @@ def test_cluster_up_gives_a_healthy_cluster(healthy):
     # Exactly one master believes it is active.
     active = healthy.query("SELECT name FROM engine_mastercandidate WHERE state = 'ACTIVE'")
     assert len(active) == 1
-    # The API token for the local admin is private.
-    mode = stat.S_IMODE(os.stat(healthy.var_dir / "api-token").st_mode)
-    assert mode == 0o600
+    # The API token for the local admin is private, and so are the role tokens beside it: a
+    # viewer reads, and may not submit.
+    for name in ("api-token", "api-token-viewer", "api-token-operator"):
+        assert stat.S_IMODE(os.stat(healthy.var_dir / name).st_mode) == 0o600
+    viewer = (healthy.var_dir / "api-token-viewer").read_text().strip()
+    assert healthy.api("/api/v1/jobs", token=viewer)[0] == 200
+    code, body = healthy.post("/api/v1/jobs", {"config": "x"}, token=viewer)
+    assert code == 403 and "operator" in body["detail"]
 
 
 def test_kill_active_master_elects_a_new_one_within_one_second(healthy):

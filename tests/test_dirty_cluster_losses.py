@@ -212,7 +212,7 @@ def test_ordinary_failures_are_not_counted_nor_consume_a_completed_episode(quiet
         "      checkpoint.interval = 500, job.dirty-task.threshold = 3 }\n"
         "source { FakeSource { rows.per-second = 200,\n"
         "                      schema { fields { id = bigint, name = string } } } }\n"
-        f'sink {{ Jdbc {{ url = "{url}", table = t }} }}\n',
+        f'sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = t }} }}\n',
     )
     detail = wait_for(lambda: all_running(c, job_id), 30, what="the job to run")
     c.signal(next(iter(hosts(detail))), signal.SIGKILL)

@@ -19,6 +19,7 @@ from engine.models import (
     RecoveryEpisode,
 )
 from history.models import JobHistory
+from tests.conftest import role_user
 from tests.dirtykit import host_of_both_pipelines, running_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -71,10 +72,11 @@ def test_history_keeps_the_configured_number_of_episodes(engine, settings):
 
 @pytest.fixture
 def api():
-    from django.contrib.auth import get_user_model
     from rest_framework.test import APIClient
 
-    user = get_user_model().objects.create_user("dirty-operator", password="x-Very-long-pass-9")
+    from tests.conftest import role_user
+
+    user = role_user("dirty-operator", "operator")
     client = APIClient()
     client.force_authenticate(user)
     return client
@@ -197,7 +199,6 @@ def engine_config(threshold: int) -> str:
 
 
 def test_dashboard_filters_by_recovery_label_and_shows_episodes(engine, client):
-    from django.contrib.auth import get_user_model
 
     dirty_job, _ = running_job(engine, members=4, threshold=1)
     clean_job = engine.submit(threshold=5)
@@ -206,7 +207,7 @@ def test_dashboard_filters_by_recovery_label_and_shows_episodes(engine, client):
     engine.lose(host_of_both_pipelines(engine, dirty_job))
     engine.settle()
     assert client.get(f"/jobs/{dirty_job.id}").status_code == 302  # login first
-    user = get_user_model().objects.create_user("watcher", password="x-Very-long-pass-7")
+    user = role_user("watcher", "viewer")
     client.force_login(user)
 
     page = client.get("/?recovery=DIRTY").content.decode()

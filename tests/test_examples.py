@@ -8,7 +8,13 @@ import subprocess
 
 import pytest
 
-from devcluster.examples import DEMO_SET, EXAMPLES_DIR, example_files, prepare_examples_db
+from devcluster.examples import (
+    DEMO_SET,
+    EXAMPLES_DIR,
+    example_files,
+    prepare_examples_db,
+    save_examples_connection,
+)
 from engine.jobs.planner import plan_job
 from tests.clusterkit import ROOT, RUN, SERVER_URL, Cluster, admin_conn
 
@@ -35,10 +41,11 @@ def test_there_is_a_batch_and_a_streaming_example_for_each_connector():
 
 
 @pytest.mark.parametrize("path", example_files(), ids=lambda p: p.name)
-def test_every_example_plans(path, examples_db, tmp_path):
+def test_every_example_plans(path, examples_db, tmp_path, db):
+    save_examples_connection(examples_db, SERVER_URL + "/postgres")
     (tmp_path / "fake-csv").mkdir()  # what the CSV example reads, as the other one writes it
     (tmp_path / "fake-csv" / "part-1-1-0.csv").write_text("id,name,score\n1,a,0.5\n")
-    plan = plan_job(path.read_text().replace(".var/examples", str(tmp_path)))
+    plan = plan_job(path.read_text().replace(".var/data/examples", str(tmp_path)))
     assert plan.pipelines and plan.slots_needed >= 2
 
 
@@ -49,7 +56,7 @@ def test_localfile_examples_run_on_a_cluster(db_template, tmp_path):
         cluster.up()
         outputs = []
         for name in ("fake_to_localfile.batch.conf", "localfile_to_localfile.batch.conf"):
-            text = (EXAMPLES_DIR / name).read_text().replace(".var/examples", str(tmp_path))
+            text = (EXAMPLES_DIR / name).read_text().replace(".var/data/examples", str(tmp_path))
             conf = tmp_path / name
             conf.write_text(text)
             proc = subprocess.run(

@@ -47,8 +47,8 @@ def test_a_finished_reader_is_not_replayed_when_another_reader_is_lost(fc, data_
         textwrap.dedent(f"""
         env {{ job.mode = BATCH, parallelism = 2, checkpoint.interval = 1000,
               job.retry.interval.seconds = 0 }}
-        source {{ Jdbc {{ url = "{url}", table = src, split.num = 2 }} }}
-        sink {{ Jdbc {{ url = "{url}", table = dst }} }}
+        source {{ Jdbc {{ url = "{url}", user = root, password = t, table = src, split.num = 2 }} }}
+        sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = dst }} }}
     """),
     )
     detail = wait_for(

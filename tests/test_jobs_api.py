@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
@@ -27,14 +26,6 @@ sink {
   Blackhole { plugin_input = b }
 }
 """
-
-
-@pytest.fixture
-def api(db):
-    user = get_user_model().objects.create_user("submitter", password="x-Very-long-pass-6")
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
 
 
 def submit(api, config, **extra):

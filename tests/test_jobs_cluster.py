@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import csv
-import json
 import os
 import subprocess
 import tempfile
 import textwrap
-import urllib.request
 from pathlib import Path
 
 import psycopg
@@ -28,17 +26,7 @@ def jc(db_template):
 
 
 def post(c: Cluster, path: str, body: dict | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{c.port}{path}",
-        method="POST",
-        data=json.dumps(body or {}).encode(),
-        headers={"Authorization": f"Token {c.token}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    return c.post(path, body)
 
 
 def submit(c: Cluster, config: str) -> int:
@@ -140,9 +128,10 @@ def test_jdbc_to_jdbc_through_a_transform_100k_rows(jc, data_db):
         jc,
         textwrap.dedent(f"""
         env {{ job.mode = BATCH, parallelism = 2 }}
-        source {{ Jdbc {{ url = "{url}", table = src, split.num = 4 }} }}
+        source {{ Jdbc {{ url = "{url}", user = root, password = t, table = src, split.num = 4 }} }}
         transform {{ FieldMapper {{ field_mapper {{ id = key, name = label }} }} }}
-        sink {{ Jdbc {{ url = "{url}", table = dst, primary_keys = [key] }} }}
+        sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = dst,
+                        primary_keys = [key] }} }}
     """),
     )
     detail = wait_status(jc, job_id, TERMINAL, timeout=180)
@@ -163,7 +152,8 @@ def test_bad_jdbc_target_is_a_400_naming_the_option(jc, data_db):
         "/api/v1/jobs",
         {
             "config": (
-                f'source {{ FakeSource {{ }} }}\nsink {{ Jdbc {{ url = "{url}", table = nope }} }}'
+                "source { FakeSource { } }\n"
+                f'sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = nope }} }}'
             )
         },
     )
@@ -336,15 +326,17 @@ def test_jdbc_reads_null_partitions_and_upserts_repeated_keys(jc, data_db):
         jc,
         textwrap.dedent(f"""
         env {{ job.mode = BATCH, parallelism = 1 }}
-        source {{ Jdbc {{ plugin_output = rows, url = "{url}", table = src2,
+        source {{ Jdbc {{ plugin_output = rows, url = "{url}", user = root, password = t,
+                         table = src2,
                          partition_column = grp, split.num = 3 }} }}
         transform {{ Filter {{ plugin_input = rows, plugin_output = keyed,
                               include_fields = [grp, name] }}
                     RowFilter {{ plugin_input = keyed, plugin_output = grouped, field = grp,
                                  op = ">=", value = "0" }} }}
-        sink {{ Jdbc {{ plugin_input = rows, url = "{url}", table = copy2, primary_keys = [id] }}
-               Jdbc {{ plugin_input = grouped, url = "{url}", table = bygrp,
-                       primary_keys = [grp] }} }}
+        sink {{ Jdbc {{ plugin_input = rows, url = "{url}", user = root, password = t,
+                      table = copy2, primary_keys = [id] }}
+               Jdbc {{ plugin_input = grouped, url = "{url}", user = root, password = t,
+                       table = bygrp, primary_keys = [grp] }} }}
     """),
     )
     detail = wait_status(jc, job_id, TERMINAL, timeout=60)

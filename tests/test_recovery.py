@@ -194,7 +194,7 @@ env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 1000,
       job.retry.interval.seconds = 0, job.retry.times = {retries} }}
 source {{ FakeSource {{ split.num = 2, rows.per-second = 200,
                        schema {{ fields {{ id = bigint, name = string }} }} }} }}
-sink {{ Jdbc {{ url = "{url}", table = eo }} }}
+sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = eo }} }}
 """
 
 

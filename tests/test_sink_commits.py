@@ -94,7 +94,7 @@ def test_a_cancelled_job_commits_the_checkpoint_that_completed(sc, data_db):
         env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 300 }}
         source {{ FakeSource {{ split.num = 2, rows.per-second = 2000,
                                schema {{ fields {{ id = bigint, name = string }} }} }} }}
-        sink {{ Jdbc {{ url = "{url}", table = dst }} }}
+        sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = dst }} }}
     """),
     )
     wait_for(lambda: sc.checkpoints_completed(job_id) >= 3, 30, interval=0.05, what="checkpoints")

@@ -8,13 +8,13 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
 
 from dashboard.routing import websocket_urlpatterns
 from engine.events import append_event
 from engine.models import EngineEvent
+from tests.conftest import role_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,7 +41,7 @@ async def collect(communicator, count: int) -> list[dict]:
 
 
 def test_stream_pushes_new_events_and_resumes_after_a_seq():
-    user = get_user_model().objects.create_user("ws", password="x-Very-long-pass-5")
+    user = role_user("ws", "viewer")
 
     async def scenario():
         first = await append("test.a")

@@ -104,3 +104,19 @@ def assign(slot_ids: list[int]) -> None:
 def free(slot_id: int) -> None:
     """The task group that held the slot ended."""
     Slot.objects.filter(id=slot_id).update(state=SlotState.FREE)
+
+
+def capacity() -> int | None:
+    """How many slots the ALIVE members could ever give at once (None: unbounded, a dynamic
+    member without a limit). A job needing more can never be scheduled as the cluster is."""
+    total = 0
+    for mode, count in Member.objects.alive().values_list("slot_mode", "slot_count"):
+        if mode == SlotMode.DYNAMIC and count <= 0:
+            return None
+        total += count
+    return total
+
+
+def free_count() -> int:
+    """FREE slots of ALIVE members now (dynamic members' room not counted)."""
+    return Slot.objects.filter(state=SlotState.FREE, member__state=MemberState.ALIVE).count()

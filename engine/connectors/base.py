@@ -76,6 +76,8 @@ class Plugin:
     name: ClassVar[str]
     section: ClassVar[str]  # source | transform | sink
     options: ClassVar[tuple[Option, ...]] = ()
+    #: Its checks open network connections: a job using it is planned in a worker.
+    connects: ClassVar[bool] = False
 
     def __init__(self, config: dict[str, Any], path: str) -> None:
         self.config = config

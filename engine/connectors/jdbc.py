@@ -27,11 +27,13 @@ from engine.connectors.schema import Schema
 
 
 def _check_connection(config: dict) -> list[tuple[str, str]]:
+    if config.get("connection") and (config.get("url") or config.get("password")):
+        return [("connection", "give either a named connection or url/user/password, not both")]
     try:
         with connect(config) as conn:
             columns = table_columns(conn, config["table"])
     except ValueError as exc:
-        return [("url", str(exc))]
+        return [("connection" if config.get("connection") else "url", str(exc))]
     except psycopg.Error as exc:
         reason = (str(exc).strip().splitlines() or ["error"])[0]
         return [("url", f"cannot connect: {reason}")]
@@ -41,9 +43,15 @@ def _check_connection(config: dict) -> list[tuple[str, str]]:
 
 
 COMMON = (
-    Option("url", str, required=True, help="jdbc:postgresql://host:port/database"),
+    Option("url", str, default="", help="jdbc:postgresql://host:port/database"),
     Option("user", str, default=""),
     Option("password", str, default=""),
+    Option(
+        "connection",
+        str,
+        default="",
+        help="a named connection (url, user and password an admin stored) instead",
+    ),
     Option("table", str, required=True),
 )
 
@@ -51,6 +59,7 @@ COMMON = (
 @register
 class JdbcSource(SourcePlugin):
     name = "Jdbc"
+    connects = True
     options = (
         *COMMON,
         Option(
@@ -146,6 +155,7 @@ class JdbcSource(SourcePlugin):
 @register
 class JdbcSink(SinkPlugin):
     name = "Jdbc"
+    connects = True
     options = (
         *COMMON,
         Option(

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from engine.connectors.base import Option, SinkPlugin, SinkWriter, SourcePlugin
+from engine.connectors.boundaries import Refused, resolve_file_path
 from engine.connectors.registry import register
 from engine.connectors.schema import Schema, parse_schema
 
@@ -44,6 +45,14 @@ class LocalFile:
     name = "LocalFile"
 
 
+def within_roots(config: dict) -> Path:
+    """The configured path, resolved, if it lies inside a file root (Refused otherwise). The
+    plan keeps the resolved path, and the worker checks it again before it opens anything."""
+    resolved = resolve_file_path(config["path"])
+    config["path"] = str(resolved)
+    return resolved
+
+
 @register
 class LocalFileSource(LocalFile, SourcePlugin):
     options = (
@@ -57,7 +66,10 @@ class LocalFileSource(LocalFile, SourcePlugin):
     @classmethod
     def check(cls, config):
         _, errors = parse_schema(config["schema"])
-        path = Path(config["path"])
+        try:
+            path = within_roots(config)
+        except Refused as exc:
+            return [*errors, ("path", str(exc))]
         if not path.exists():
             errors.append(("path", f"no such file or directory: {path}"))
         elif path.is_dir() and not any(p.is_file() for p in path.iterdir()):
@@ -70,7 +82,7 @@ class LocalFileSource(LocalFile, SourcePlugin):
         return parse_schema(self.config["schema"])[0]
 
     def files(self) -> list[Path]:
-        path = Path(self.config["path"])
+        path = resolve_file_path(self.config["path"])
         if path.is_file():
             return [path]
         return sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -123,7 +135,7 @@ class LocalFileSource(LocalFile, SourcePlugin):
 
 class LocalFileWriter(SinkWriter):
     def __init__(self, config: dict, schema: Schema, context: dict) -> None:
-        self.directory = Path(config["path"])
+        self.directory = resolve_file_path(config["path"])
         self.format = config["file_format_type"]
         self.delimiter = config["field_delimiter"]
         self.names = schema.names
@@ -177,7 +189,7 @@ class CheckpointedLocalFileWriter(LocalFileWriter):
             f"part-{context.get('jobId', 0)}-{context.get('pipelineId', 0)}"
             f"-{context.get('readerIndex', 0)}"
         )
-        directory = Path(config["path"])
+        directory = resolve_file_path(config["path"])
         self.tmp_dir = directory / TMP_DIR
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         restored = context.get("restoredCheckpoint")
@@ -259,7 +271,10 @@ class LocalFileSink(LocalFile, SinkPlugin):
 
     @classmethod
     def check(cls, config):
-        path = Path(config["path"])
+        try:
+            path = within_roots(config)
+        except Refused as exc:
+            return [("path", str(exc))]
         if path.exists() and not path.is_dir():
             return [("path", f"{path} exists and is not a directory")]
         if len(config["field_delimiter"]) != 1:

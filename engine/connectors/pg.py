@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import psycopg
 from psycopg import sql
+
+from engine.connectors.boundaries import Refused, check_database
 
 PG_TYPES = {
     "smallint": "int",
@@ -26,16 +30,40 @@ PG_TYPES = {
 INTEGER_TYPES = ("smallint", "integer", "bigint")
 
 
+def credentials(config: dict) -> tuple[str, str, str, bool]:
+    """(url, user, password, named): from the named connection if the config gives one, else
+    from the config, which must then carry both user and password (the process's PGUSER,
+    PGPASSWORD and password file are never used for a job)."""
+    name = config.get("connection")
+    if name:
+        from engine.models import Connection
+
+        stored = Connection.objects.filter(name=name).first()
+        if stored is None:
+            raise Refused(f"no connection named {name!r} (an admin creates them)")
+        url, user, password, named = stored.url, stored.user, stored.password(), True
+    else:
+        url, user, password, named = config.get("url") or "", config.get("user"), "", False
+        password = config.get("password") or ""
+        if not url:
+            raise Refused("give a url (with user and password), or a named connection")
+    if not user or not password:
+        raise Refused("user and password are required (or a named connection)")
+    return url, user, password, named
+
+
 def connect(config: dict, application_name: str = "keel-jdbc", **kwargs) -> psycopg.Connection:
-    url = config["url"]
-    if url.startswith("jdbc:"):
-        url = url[len("jdbc:") :]
-    if not url.startswith(("postgresql://", "postgres://")):
-        raise ValueError("only PostgreSQL URLs are supported (jdbc:postgresql://host:port/db)")
+    """A session on the job's database, after the boundaries allow it (Refused otherwise)."""
+    url, user, password, named = credentials(config)
+    params = check_database(url, named)
     return psycopg.connect(
-        url,
-        user=config.get("user") or None,
-        password=config.get("password") or None,
+        host=params["host"],
+        port=params.get("port") or None,
+        dbname=params["dbname"],
+        sslmode=params.get("sslmode") or None,
+        user=user,
+        password=password,
+        passfile=os.devnull,
         connect_timeout=5,
         application_name=application_name[:63],
         **kwargs,

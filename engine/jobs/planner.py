@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
+
 from engine.connectors import get_plugin, plugin_names, validate_block
 from engine.connectors.base import Option
 from engine.jobconfig import SECTIONS, ConfigError, PluginBlock, parse_job_config
@@ -49,6 +51,10 @@ class PlanNode:
             "schema": self.schema,
         }
 
+    @classmethod
+    def from_json(cls, data: dict) -> PlanNode:
+        return cls(**data)
+
 
 @dataclass
 class PipelinePlan:
@@ -63,6 +69,14 @@ class PipelinePlan:
             "sinks": [s.to_json() for s in self.sinks],
         }
 
+    @classmethod
+    def from_json(cls, data: dict) -> PipelinePlan:
+        return cls(
+            source=PlanNode.from_json(data["source"]),
+            transforms=[PlanNode.from_json(t) for t in data["transforms"]],
+            sinks=[PlanNode.from_json(k) for k in data["sinks"]],
+        )
+
 
 @dataclass
 class JobPlan:
@@ -75,6 +89,36 @@ class JobPlan:
     @property
     def slots_needed(self) -> int:
         return len(self.pipelines) * (1 + self.parallelism)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "mode": self.mode,
+            "parallelism": self.parallelism,
+            "env": self.env,
+            "pipelines": [p.to_json() for p in self.pipelines],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> JobPlan:
+        return cls(
+            name=data["name"],
+            mode=data["mode"],
+            parallelism=data["parallelism"],
+            env=data["env"],
+            pipelines=[PipelinePlan.from_json(p) for p in data["pipelines"]],
+        )
+
+
+def connects(text: str, variables: dict[str, str] | None = None) -> bool:
+    """Whether planning the config opens network connections (a Jdbc source or sink): those
+    checks run in a worker, not in the web process (engine.jobs.submission)."""
+    job = parse_job_config(text, variables)
+    return any(
+        getattr(get_plugin(block.section, block.name), "connects", False)
+        for section in SECTIONS
+        for block in job.section(section)
+    )
 
 
 def validate_env(env: dict[str, Any]) -> tuple[dict[str, Any], list[dict]]:
@@ -104,9 +148,11 @@ def validate_env(env: dict[str, Any]) -> tuple[dict[str, Any], list[dict]]:
     return out, errors
 
 
-def plan_job(text: str, job_name: str | None = None) -> JobPlan:
+def plan_job(
+    text: str, job_name: str | None = None, variables: dict[str, str] | None = None
+) -> JobPlan:
     """Parse, validate and plan a job config; raise ConfigError listing every problem."""
-    job = parse_job_config(text)
+    job = parse_job_config(text, variables)
     env, errors = validate_env(job.env)
     nodes: dict[str, list[PlanNode | None]] = {s: [] for s in SECTIONS}
     plugins: dict[str, Any] = {}
@@ -121,6 +167,19 @@ def plan_job(text: str, job_name: str | None = None) -> JobPlan:
     pipelines = _wire(nodes, plugins, errors)
     if errors:
         raise ConfigError(errors)
+    readers = len(pipelines) * env["parallelism"]
+    limit = settings.ENGINE["config.max-readers"]
+    if readers > limit:
+        raise ConfigError(
+            [
+                {
+                    "path": "env.parallelism",
+                    "message": f"{len(pipelines)} pipelines x parallelism {env['parallelism']} "
+                    f"= {readers} readers, over the limit of {limit} "
+                    "(engine.config.max-readers)",
+                }
+            ]
+        )
     name = job_name or env["job.name"] or "keel-job"
     env["job.name"] = name
     return JobPlan(

@@ -1,9 +1,11 @@
 """Scheduling by the active master: PENDING jobs get slots in FIFO order, under row locks.
 
-The head of the queue (oldest PENDING job) is scheduled when enough slots are free; until then
-every later job waits too (FIFO: a big job is not starved by small ones). Slots of ALIVE members
-are taken with ``FOR NO KEY UPDATE SKIP LOCKED``, spread across members by sequence; dynamic-slot
-members get new slot rows on demand. Deploy commands go out only after the commit.
+The head of the queue (oldest PENDING job that could ever fit) is scheduled when enough slots are
+free; until then every later job waits too (FIFO: a big job is not starved by small ones). A job
+needing more slots than the ALIVE members could ever give is passed over (``schedule_next``).
+Slots of ALIVE members are taken with ``FOR NO KEY UPDATE SKIP LOCKED``, spread across members by
+sequence; dynamic-slot members get new slot rows on demand. Deploy commands go out only after
+the commit.
 """
 
 from __future__ import annotations
@@ -102,13 +104,52 @@ def deploy_on(
     return deployments, events
 
 
+#: How many PENDING jobs one pass looks at for the first that can fit (the rest wait).
+SCAN_LIMIT = 100
+
+
+def never_fits(slots_needed: int, capacity: int | None) -> str:
+    """Why a job can never be scheduled on this cluster as it is ("" if it can)."""
+    if capacity is None or slots_needed <= capacity:
+        return ""
+    return f"needs {slots_needed} slots, the cluster has {capacity}"
+
+
+def _note_pending(job: Job, reason: str) -> None:
+    if job.pending_reason != reason:
+        Job.objects.filter(id=job.id).update(pending_reason=reason)
+        job.pending_reason = reason
+
+
 def schedule_next(epoch: int) -> list[Deployment] | None:
-    """Schedule the oldest PENDING job if slots allow. None: nothing scheduled."""
+    """Schedule the oldest PENDING job that can ever fit, if slots allow now. None: nothing
+    scheduled.
+
+    The rule (SeaTunnel's WAIT strategy, minus head-of-line blocking by the impossible): jobs
+    wait in FIFO order for free slots, so a big job is not starved by small ones; but a job that
+    needs more slots than every ALIVE member could give is passed over, with ``pendingReason``
+    saying so, until the cluster grows. Every waiting job's ``pendingReason`` says why."""
     with fenced(epoch):
+        capacity = slot_transitions.capacity()
+        head = None
+        for job_id, needed, noted in (
+            Job.objects.filter(status=JobStatus.PENDING)
+            .order_by("id")
+            .values_list("id", "slots_needed", "pending_reason")[:SCAN_LIMIT]
+        ):
+            reason = never_fits(needed, capacity)
+            if not reason:
+                head = job_id
+                break
+            if reason != noted:
+                Job.objects.filter(id=job_id, status=JobStatus.PENDING).update(
+                    pending_reason=reason
+                )
+        if head is None:
+            return None
         job = (
             Job.objects.select_for_update(no_key=True, skip_locked=True)
-            .filter(status=JobStatus.PENDING)
-            .order_by("id")
+            .filter(id=head, status=JobStatus.PENDING)
             .first()
         )
         if job is None:
@@ -120,11 +161,15 @@ def schedule_next(epoch: int) -> list[Deployment] | None:
         )
         slots = slot_transitions.take(len(groups))
         if slots is None:
-            return None  # stays PENDING; FIFO: nothing behind it goes first
+            # Stays PENDING; FIFO: nothing behind it goes first.
+            free = slot_transitions.free_count()
+            _note_pending(job, f"waiting for {len(groups)} free slots ({free} free now)")
+            return None
         deployments, group_events = deploy_on(groups, slots, epoch)
         Pipeline.objects.filter(job=job).update(status=ExecutionStatus.DEPLOYING)
         job.status = JobStatus.SCHEDULED
-        job.save(update_fields=["status"])
+        job.pending_reason = ""
+        job.save(update_fields=["status", "pending_reason"])
         events = [
             builders.pipeline_status(
                 job.id, index, ExecutionStatus.CREATED, ExecutionStatus.DEPLOYING, epoch=epoch

@@ -10,11 +10,13 @@ from django.db import transaction
 
 from engine import dirty
 from engine import events as builders
+from engine.cluster import slots
 from engine.events import append_event
-from engine.jobconfig import ConfigError
-from engine.jobs.planner import JobPlan, plan_job
+from engine.jobconfig import ConfigError, check_variables, redact_config
+from engine.jobs.planner import JobPlan, connects, plan_job
+from engine.jobs.scheduler import never_fits
 from engine.models import Job, Member, Pipeline, TaskGroup
-from engine.protocol import DIRTY_TRACKING_SINCE
+from engine.protocol import CONTROL_QUEUE, DIRTY_TRACKING_SINCE, TASK_PLAN_JOB
 from engine.states import (
     JobStatus,
     MemberState,
@@ -22,26 +24,71 @@ from engine.states import (
 )
 
 
-def submit_job(config_text: str, job_name: str | None = None) -> Job:
+def submit_job(
+    config_text: str,
+    job_name: str | None = None,
+    variables: dict[str, str] | None = None,
+    submitted_by=None,
+) -> Job:
     """Validate and plan ``config_text`` (ConfigError if invalid), then create the job PENDING.
+    ``variables`` are what substitutions not defined in the config resolve from.
 
     Nothing is created for an invalid job: planning happens before the transaction.
     """
-    plan = plan_job(config_text, job_name)
-    return create_job(plan, config_text)
+    variables = check_variables(variables)
+    if settings.ENGINE["connectors.check-in-workers"] and connects(config_text, variables):
+        plan = plan_in_worker(config_text, job_name, variables)
+    else:
+        plan = plan_job(config_text, job_name, variables)
+    return create_job(plan, config_text, submitted_by)
 
 
-def create_job(plan: JobPlan, config_text: str) -> Job:
+class WorkersUnavailable(Exception):
+    """No worker answered in time to plan a job whose checks connect to databases."""
+
+
+def plan_in_worker(config_text: str, job_name: str | None, variables: dict[str, str]) -> JobPlan:
+    """Have a worker plan the job (its connection checks run there, never in the web
+    process); WorkersUnavailable if none answers within ``engine.connectors.check-timeout``."""
+    from celery import current_app
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    timeout = float(settings.ENGINE["connectors.check-timeout"])
+    try:
+        result = current_app.send_task(
+            TASK_PLAN_JOB,
+            args=[config_text, job_name, variables],
+            queue=CONTROL_QUEUE,
+            expires=timeout,
+        )
+        answer = result.get(timeout=timeout, propagate=True, disable_sync_subtasks=False)
+    except CeleryTimeout:
+        raise WorkersUnavailable(
+            f"no worker answered within {timeout:g} s to check the job's connections "
+            "(its Jdbc checks run in a worker): are workers running?"
+        ) from None
+    except Exception as exc:  # the broker or result store is unreachable
+        raise WorkersUnavailable(f"cannot reach the workers to check the job: {exc}") from None
+    else:
+        result.forget()
+    if "errors" in answer:
+        raise ConfigError(answer["errors"])
+    return JobPlan.from_json(answer["plan"])
+
+
+def create_job(plan: JobPlan, config_text: str, submitted_by=None) -> Job:
     if (plan.env.get("job.dirty-task.threshold") or 0) > 0:
         _check_dirty_tracking_supported()
     _check_pending_parts_reachable(plan)
+    _check_fits(plan)
     with transaction.atomic():
         job = Job.objects.create(
             name=plan.name,
             status=JobStatus.PENDING,
             mode=plan.mode,
-            config_text=config_text,
+            config_text=redact_config(config_text),
             env=plan.env,
+            submitted_by=submitted_by if getattr(submitted_by, "pk", None) else None,
             slots_needed=plan.slots_needed,
             dirty_threshold=plan.env.get("job.dirty-task.threshold") or -1,
         )
@@ -63,6 +110,25 @@ def create_job(plan: JobPlan, config_text: str) -> Job:
         TaskGroup.objects.bulk_create(groups)
         append_event(builders.job_submitted(job, len(pipelines)))
     return job
+
+
+def _check_fits(plan: JobPlan) -> None:
+    """A job needing more slots than every ALIVE member could give is refused (with no member
+    alive yet, a starting cluster, it is accepted and waits with its pendingReason)."""
+    capacity = slots.capacity()
+    if capacity == 0:
+        return
+    reason = never_fits(plan.slots_needed, capacity)
+    if reason:
+        raise ConfigError(
+            [
+                {
+                    "path": "env.parallelism",
+                    "message": f"the job {reason} (pipelines x (parallelism + 1)): lower "
+                    "parallelism, or add workers first",
+                }
+            ]
+        )
 
 
 def _check_dirty_tracking_supported() -> None:

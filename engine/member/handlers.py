@@ -9,10 +9,19 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from engine.jobconfig import ConfigError
+from engine.jobs.planner import plan_job
 from engine.member import runtime
 from engine.member.mailbox import Barrier, Commit
 from engine.models import TaskGroup
-from engine.protocol import TASK_BARRIER, TASK_CANCEL, TASK_COMMIT, TASK_DEPLOY, TASK_MEMBER_PING
+from engine.protocol import (
+    TASK_BARRIER,
+    TASK_CANCEL,
+    TASK_COMMIT,
+    TASK_DEPLOY,
+    TASK_MEMBER_PING,
+    TASK_PLAN_JOB,
+)
 from engine.states import ExecutionStatus
 
 NOT_ADDRESSED = {"ok": False, "reason": "command for another member"}
@@ -77,3 +86,13 @@ checkpoint_barrier = shared_task(name=TASK_BARRIER, acks_late=False, ignore_resu
 checkpoint_commit = shared_task(name=TASK_COMMIT, acks_late=False, ignore_result=True)(
     _mailbox_command(Commit)
 )
+
+
+@shared_task(name=TASK_PLAN_JOB, acks_late=False)
+def plan_job_here(text: str, job_name: str | None, variables: dict) -> dict:
+    """Plan a job whose checks connect to databases, for the web process (which opens no
+    connection a job names). Read-only, so a repeat is harmless. ``{plan}`` or ``{errors}``."""
+    try:
+        return {"plan": plan_job(text, job_name, variables).to_json()}
+    except ConfigError as exc:
+        return {"errors": exc.errors}

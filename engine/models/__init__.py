@@ -2,6 +2,7 @@
 
 from .checkpoints import Checkpoint, TaskCheckpoint
 from .cluster import ClusterState, MasterCandidate, MasterLease, Member, Slot
+from .connections import Connection
 from .dirty import (
     DirtyJobState,
     DirtyTrackingGap,
@@ -16,6 +17,7 @@ from .jobs import ControlStep, Job, Pipeline, SplitAssignment, TaskGroup
 __all__ = [
     "Checkpoint",
     "ClusterState",
+    "Connection",
     "ControlStep",
     "DirtyJobState",
     "DirtyTrackingGap",

@@ -3,6 +3,7 @@ control steps."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -35,10 +36,21 @@ class Job(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     #: ``job.dirty-task.threshold`` (<= 0: dirty-job tracking disabled; see engine.dirty).
     dirty_threshold = models.IntegerField(default=-1)
+    #: Who submitted and who cancelled it (the audit the API and the admin show).
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    canceled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    #: Why a PENDING job is not scheduled yet ("needs 11 slots, the cluster has 8"); empty
+    #: once it is, or while nothing holds it back.
+    pending_reason = models.CharField(max_length=300, blank=True, default="")
 
     class Meta:
         ordering = ["-id"]
         indexes = [models.Index(fields=["status", "id"]), models.Index(fields=["finished_at"])]
+        permissions = [("submit_job", "Can submit jobs"), ("cancel_job", "Can cancel jobs")]
 
     def __str__(self) -> str:
         return f"job {self.id} {self.name} ({self.status})"

@@ -8,7 +8,12 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from devcluster.examples import DEMO_SET, EXAMPLES_DIR, prepare_examples_db
+from devcluster.examples import (
+    DEMO_SET,
+    EXAMPLES_DIR,
+    prepare_examples_db,
+    save_examples_connection,
+)
 from devcluster.localcluster import ClusterError, ClusterSpec, LocalCluster, ensure_admin
 from engine.jobconfig import ConfigError
 from engine.jobs.submission import submit_job
@@ -27,7 +32,7 @@ class Command(BaseCommand):
 
     def submit_examples(self) -> str:
         """Submit the representative set of example jobs; a line saying what went in."""
-        prepare_examples_db(settings.DATABASE_URL)
+        save_examples_connection(prepare_examples_db(settings.DATABASE_URL), settings.DATABASE_URL)
         done = []
         for name in DEMO_SET:
             path = EXAMPLES_DIR / name
@@ -68,6 +73,8 @@ class Command(BaseCommand):
                         f"  Dashboard:  http://127.0.0.1:{spec.port}/",
                         f"  Login:      {username} / {password}",
                         f"  API token:  {token}   (also in {cluster.dir.parent / 'api-token'})",
+                        f"  Role tokens: {cluster.dir.parent / 'api-token-viewer'}, "
+                        f"{cluster.dir.parent / 'api-token-operator'}",
                         f"  Try:        curl -H 'Authorization: Token {token}' "
                         f"http://127.0.0.1:{spec.port}/api/v1/overview",
                         f"  Processes:  {', '.join(p.name for p in spec.processes)} "

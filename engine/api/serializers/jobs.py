@@ -22,6 +22,12 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="the job config, HOCON or JSON",
     )
     jobName = serializers.CharField(required=False, allow_blank=False, max_length=200)
+    variables = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=4096),
+        required=False,
+        help_text="values for ${NAME} substitutions the config does not define itself "
+        "(SeaTunnel's -i NAME=value); the process environment is never consulted",
+    )
 
 
 class JobCreatedSerializer(serializers.Serializer):
@@ -98,6 +104,18 @@ class PipelineSerializer(serializers.Serializer):
 
 class JobDetailSerializer(JobSummarySerializer):
     errorMsg = serializers.CharField(source="error_msg")
+    pendingReason = serializers.CharField(
+        source="pending_reason", help_text="why a PENDING job is not scheduled yet"
+    )
+    submittedBy = serializers.SlugRelatedField(
+        source="submitted_by", slug_field="username", read_only=True, allow_null=True
+    )
+    canceledBy = serializers.SlugRelatedField(
+        source="canceled_by", slug_field="username", read_only=True, allow_null=True
+    )
+    config = serializers.CharField(
+        source="config_text", help_text="the config as submitted, secret values redacted"
+    )
     envOptions = serializers.JSONField(source="env")
     slotsNeeded = serializers.IntegerField(source="slots_needed")
     pipelines = PipelineSerializer(many=True)
@@ -108,6 +126,10 @@ class JobDetailSerializer(JobSummarySerializer):
         fields = [
             *JobSummarySerializer.Meta.fields,
             "errorMsg",
+            "pendingReason",
+            "submittedBy",
+            "canceledBy",
+            "config",
             "envOptions",
             "slotsNeeded",
             "pipelines",

@@ -22,8 +22,9 @@ from engine.api.serializers.jobs import (
 )
 from engine.jobconfig import ConfigError
 from engine.jobs.cancel import JobStateError, cancel_job
-from engine.jobs.submission import submit_job
+from engine.jobs.submission import WorkersUnavailable, submit_job
 from engine.models import Job, TaskGroup
+from engine.roles import CANCEL_JOB, SUBMIT_JOB
 
 
 class JobListView(generics.ListAPIView):
@@ -33,6 +34,7 @@ class JobListView(generics.ListAPIView):
     serializer_class = JobSummarySerializer
     filterset_class = JobFilter
     pagination_class = JobPagination
+    role_permissions = {"POST": SUBMIT_JOB}
 
     def get_queryset(self):
         return dirty_tracking.annotate(Job.objects.order_by("-id"))
@@ -46,9 +48,20 @@ class JobListView(generics.ListAPIView):
         body = JobSubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            job = submit_job(body.validated_data["config"], body.validated_data.get("jobName"))
+            job = submit_job(
+                body.validated_data["config"],
+                body.validated_data.get("jobName"),
+                body.validated_data.get("variables"),
+                submitted_by=request.user,
+            )
         except ConfigError as exc:
             raise ValidationError({"errors": exc.errors}) from None
+        except WorkersUnavailable as exc:
+            return Response(
+                {"detail": str(exc)},
+                status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                headers={"Retry-After": "5"},
+            )
         return Response(
             {"jobId": job.id, "jobName": job.name, "jobStatus": job.status},
             status=status.HTTP_201_CREATED,
@@ -65,11 +78,13 @@ class JobDetailView(generics.RetrieveAPIView):
 
 
 class JobCancelView(APIView):
+    role_permissions = {"POST": CANCEL_JOB}
+
     @extend_schema(request=None, responses={202: JobCreatedSerializer}, operation_id="jobs_cancel")
     def post(self, request: Request, job_id: int) -> Response:
         get_object_or_404(Job, id=job_id)
         try:
-            job = cancel_job(job_id)
+            job = cancel_job(job_id, by=request.user)
         except JobStateError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response(

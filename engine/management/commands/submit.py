@@ -28,6 +28,14 @@ class Command(BaseCommand):
         )
         parser.add_argument("--name", help="job name (overrides env.job.name)")
         parser.add_argument(
+            "-i",
+            "--variable",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="a value for ${NAME} in the config (repeatable; as SeaTunnel's -i)",
+        )
+        parser.add_argument(
             "--timeout",
             type=float,
             default=0,
@@ -40,9 +48,15 @@ class Command(BaseCommand):
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise CommandError(f"cannot read {path}: {exc}") from None
+        variables = {}
+        for item in opts["variable"]:
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                raise CommandError(f"-i {item}: expected NAME=VALUE")
+            variables[name] = value
         require_services(redis=False)
         try:
-            job = submit_job(text, opts.get("name"))
+            job = submit_job(text, opts.get("name"), variables)
         except ConfigError as exc:
             for error in exc.errors:
                 where = error.get("path") or "config"

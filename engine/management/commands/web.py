@@ -34,4 +34,6 @@ class Command(BaseCommand):
         # A frozen web process must not stall the engine: its sessions get the engine's
         # timeouts (an open transaction, with the job or event-append lock, is ended).
         os.environ[GUARDED_SESSIONS_ENV] = "1"
+        # Connection checks of the jobs it takes run in workers, not here.
+        os.environ["KEEL_CHECK_IN_WORKERS"] = "1"
         os.execv(daphne, argv)
