@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin
+from django.utils.html import format_html
 
+from engine.jobs import cleanup
 from engine.models import (
     Connection,
     EngineEvent,
     Job,
+    JobCleanupRecord,
     MasterCandidate,
     MasterLease,
     Member,
@@ -127,3 +130,99 @@ class ConnectionAdmin(admin.ModelAdmin):
     form = ConnectionForm
     list_display = ["name", "url", "user", "description", "updated_at"]
     search_fields = ["name", "url"]
+
+
+@admin.register(JobCleanupRecord)
+class JobCleanupRecordAdmin(admin.ModelAdmin):
+    """The cleanup console: records are the engine's, so nothing about one is edited by hand;
+    "run now" and "retry failed" go through the same durable path as the sweep (the record is
+    made due, and is put on the control queue), and each is recorded in the admin log."""
+
+    list_display = [
+        "job_id",
+        "job_name",
+        "kind",
+        "state",
+        "due_at",
+        "attempts",
+        "executed_at",
+        "short_error",
+    ]
+    list_filter = ["state", "kind", ("due_at", admin.DateFieldListFilter)]
+    date_hierarchy = "due_at"
+    search_fields = ["job_name", "=job_id"]
+    actions = ["run_now", "retry_failed"]
+    readonly_fields = [
+        "job_id",
+        "job_name",
+        "kind",
+        "state",
+        "due_at",
+        "created_at",
+        "enqueued_at",
+        "executed_at",
+        "attempts",
+        "executions",
+        "last_error",
+        "history",
+    ]
+    change_list_template = "admin/engine/jobcleanuprecord/change_list.html"
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # viewing (and the actions) only
+
+    def get_search_results(self, request, queryset, search_term):
+        if search_term.strip().isdigit():
+            return queryset.filter(job_id=int(search_term.strip())), False
+        return super().get_search_results(request, queryset, search_term)
+
+    @admin.display(description="last error")
+    def short_error(self, record: JobCleanupRecord) -> str:
+        return (record.last_error[:80] + "…") if len(record.last_error) > 80 else record.last_error
+
+    @admin.display(description="history")
+    def history(self, record: JobCleanupRecord) -> str:
+        from history.models import JobHistory
+
+        found = JobHistory.objects.filter(job_id=record.job_id).first()
+        if found is None:
+            return "none (removed, or never written)"
+        summary = found.summary or {}
+        metrics = summary.get("metrics", {})
+        return format_html(
+            "{} at {}; {} rows read, {} written; dirty: {}; {}",
+            found.status,
+            found.finished_at,
+            metrics.get("sourceReceivedCount", "?"),
+            metrics.get("sinkWriteCount", "?"),
+            (found.dirty_task or {}).get("evaluationStatus", "DISABLED"),
+            found.error_msg or "no error",
+        )
+
+    def changelist_view(self, request, extra_context=None):
+        extra_context = {**(extra_context or {}), "overdue": cleanup.overdue_count()}
+        return super().changelist_view(request, extra_context)
+
+    def _act(self, request, queryset, change, verb: str) -> None:
+        done = []
+        for record in queryset:
+            if change(record.id):
+                done.append(record.id)
+                self.log_change(request, record, f"{verb} (by hand)")
+        if done:
+            cleanup.enqueue(done)
+        self.message_user(request, f"{verb}: {len(done)} of {queryset.count()} records")
+
+    @admin.action(description="Run now (open records)", permissions=["view"])
+    def run_now(self, request, queryset):
+        self._act(request, queryset, cleanup.run_now, "run now")
+
+    @admin.action(description="Retry failed records", permissions=["view"])
+    def retry_failed(self, request, queryset):
+        self._act(request, queryset, cleanup.retry_failed, "retry failed")

@@ -108,7 +108,7 @@ def scan(text: str, limits: Limits) -> Refusal | None:
     while i < n:
         ch = text[i]
         if ch == '"':
-            i = _skip_string(text, i)
+            i = skip_string(text, i)
             continue
         if ch in "{[":
             depth += 1
@@ -136,7 +136,8 @@ def scan(text: str, limits: Limits) -> Refusal | None:
     return None
 
 
-def _skip_string(text: str, i: int) -> int:
+def skip_string(text: str, i: int) -> int:
+    """Index just past the string starting at text[i] (a quote; triple quotes too)."""
     if text.startswith('"""', i):
         end = text.find('"""', i + 3)
         return len(text) if end < 0 else end + 3

@@ -68,22 +68,6 @@ class ParsedJob:
 # -- the lexer that keeps duplicate plugin blocks apart -------------------------------------------
 
 
-def _skip_string(text: str, i: int) -> int:
-    """Index just past the string starting at text[i] (a quote)."""
-    if text.startswith('"""', i):
-        end = text.find('"""', i + 3)
-        return len(text) if end < 0 else end + 3
-    j = i + 1
-    while j < len(text):
-        if text[j] == "\\":
-            j += 2
-            continue
-        if text[j] == '"' or text[j] == "\n":
-            return j + 1
-        j += 1
-    return j
-
-
 def _skip_comment(text: str, i: int) -> int:
     end = text.find("\n", i)
     return len(text) if end < 0 else end
@@ -104,7 +88,7 @@ def _skip_space(text: str, i: int) -> int:
 def _read_key(text: str, i: int) -> tuple[str, int] | None:
     """A key token at text[i] (bare identifier or quoted string): (key, end) or None."""
     if i < len(text) and text[i] == '"' and not text.startswith('"""', i):
-        end = _skip_string(text, i)
+        end = hocon.skip_string(text, i)
         return text[i + 1 : end - 1], end
     match = _IDENT.match(text, i)
     if match:
@@ -131,7 +115,7 @@ def _matching_brace(text: str, i: int) -> int:
     while j < len(text):
         ch = text[j]
         if ch == '"':
-            j = _skip_string(text, j)
+            j = hocon.skip_string(text, j)
             continue
         if ch == "#" or text.startswith("//", j):
             j = _skip_comment(text, j)
@@ -164,7 +148,7 @@ def _rename_plugin_blocks(text: str) -> tuple[str, dict[tuple[str, int], int]]:
             break
         ch = text[i]
         if ch == '"' and depth > root:
-            i = _skip_string(text, i)
+            i = hocon.skip_string(text, i)
             continue
         if depth == root:
             key = _read_key(text, i)
@@ -183,7 +167,7 @@ def _rename_plugin_blocks(text: str) -> tuple[str, dict[tuple[str, int], int]]:
         elif ch in "}]":
             depth = max(depth - 1, 0)
         elif ch == '"':
-            i = _skip_string(text, i)
+            i = hocon.skip_string(text, i)
             continue
         i += 1
     for start, end, replacement in sorted(edits, reverse=True):
@@ -214,7 +198,7 @@ def _rename_in_section(
             if text[i] in "{[":
                 i = _matching_brace(text, i) + 1
             elif text[i] == '"':
-                i = _skip_string(text, i)
+                i = hocon.skip_string(text, i)
             else:
                 i += 1
             continue
@@ -472,30 +456,3 @@ def _substitution_error(text: str) -> dict:
         "message": f"unknown variable ${{{name}}} at line {line}: define {name} in the config, "
         f'or pass it with the submission (variables {{"{name}": ...}}, or -i {name}=...)',
     }
-
-
-#: An option whose value is a secret: its literal value never leaves the plan (API answers,
-#: the dashboard and the stored config text show it redacted).
-SECRET_KEY_NAMES = ("password", "passwd", "secret", "token", "credential")
-REDACTED = "******"
-_SECRET_ASSIGNMENT = re.compile(
-    r"""(?ix)
-    ((?:^|[\s{,\[])                       # where a key starts
-     "?(?:[\w-]+\.)*(?:[\w-]*(?:password|passwd|secret|token|credential)[\w-]*)"?
-     \s*[=:]\s*)
-    ("(?:[^"\\\n]|\\.)*"|[^\s,}\]#\n]+)  # the literal value: quoted, or unquoted up to a delimiter
-    """
-)
-
-
-def redact_config(text: str) -> str:
-    """The config with every literal secret value replaced (substitutions kept: they name a
-    variable, not its value)."""
-
-    def replace(match: re.Match) -> str:
-        value = match.group(2)
-        if value.startswith("${"):
-            return match.group(0)
-        return f'{match.group(1)}"{REDACTED}"'
-
-    return _SECRET_ASSIGNMENT.sub(replace, text)

@@ -7,8 +7,10 @@ on (the rows are the state; nothing is remembered between batches):
   ``engine.retention.events-count``;
 - REMOVED and LEFT members (their slots with them), DONE control steps, and the split
   assignments of ended jobs, once older than ``engine.retention.ended-age``.
-Finished jobs themselves, with their pipelines and task groups, stay: their history is read
-through them.
+- DONE cleanup records of jobs that are gone (their HISTORY record removed them), once older
+  than ``engine.retention.ended-age``.
+Finished jobs' running state and, later, their history are removed by their cleanup records
+(engine.jobs.cleanup), not here.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from engine.fencing import fenced
-from engine.models import ControlStep, EngineEvent, Job, Member, SplitAssignment
-from engine.states import JOB_TERMINAL, ControlStepState, MemberState
+from engine.models import ControlStep, EngineEvent, Job, JobCleanupRecord, Member, SplitAssignment
+from engine.states import JOB_TERMINAL, CleanupKind, CleanupState, ControlStepState, MemberState
 
 BATCH = 5000
 
@@ -35,6 +37,7 @@ def sweep(epoch: int) -> bool:
         _members(epoch, ended_before),
         _control_steps(epoch, ended_before),
         _split_assignments(epoch, ended_before),
+        _cleanup_records(epoch, ended_before),
     ):
         full = full or deleted >= BATCH
     return full
@@ -75,3 +78,10 @@ def _control_steps(epoch: int, ended_before) -> int:
 def _split_assignments(epoch: int, ended_before) -> int:
     jobs = Job.objects.filter(status__in=JOB_TERMINAL, finished_at__lt=ended_before)
     return _delete_batch(epoch, SplitAssignment.objects.filter(pipeline__job__in=jobs))
+
+
+def _cleanup_records(epoch: int, ended_before) -> int:
+    gone = JobCleanupRecord.objects.filter(
+        kind=CleanupKind.HISTORY, state=CleanupState.DONE, executed_at__lt=ended_before
+    ).values("job_id")
+    return _delete_batch(epoch, JobCleanupRecord.objects.filter(job_id__in=gone))

@@ -139,6 +139,16 @@ ControlStepKind = models.TextChoices("ControlStepKind", [("RESTORE_PIPELINE", "r
 CheckpointState = models.TextChoices("CheckpointState", "PENDING COMPLETED FAILED")
 
 
+#: A cleanup record: PENDING until due and executed; RUNNING while an execution holds it (its
+#: transaction); DONE once executed; FAILED after too many failed attempts (retried by hand).
+CleanupState = models.TextChoices("CleanupState", "PENDING RUNNING DONE FAILED")
+CLEANUP_OPEN = (CleanupState.PENDING, CleanupState.RUNNING)
+
+#: What a cleanup record removes: a finished job's running state (after the cleanup delay), or
+#: its history (after the history retention).
+CleanupKind = models.TextChoices("CleanupKind", "JOB_STATE HISTORY")
+
+
 class EpisodeStatus(models.TextChoices):
     """A recovery episode: ACTIVE until the job runs again (COMPLETED) or cannot (ABORTED)."""
 

@@ -21,6 +21,10 @@ class JobHistory(models.Model):
     finished_at = models.DateTimeField(db_default=Now())
     dirty_task = models.JSONField(null=True, blank=True)
     episodes = models.JSONField(default=list, blank=True)
+    #: Pipelines, task groups, metrics and checkpoints as the API showed them at the end
+    #: (engine.jobs.summary): the job's detail reads from here once its running state is gone.
+    summary = models.JSONField(null=True, blank=True)
+    error_msg = models.TextField(blank=True, default="")
 
     def __str__(self) -> str:
         return f"history of job {self.job_id} ({self.status})"

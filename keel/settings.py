@@ -263,6 +263,19 @@ ENGINE = {
         for p in os.environ.get("KEEL_CONNECTORS_JDBC_ALLOWED", "loopback").split(",")
         if p.strip()
     ],
+    # Terminal-state cleanup (engine.jobs.cleanup): a finished job's running state stays this
+    # long for late callbacks, then a durable cleanup record removes it; failures retry with
+    # backoff up to max-attempts (then FAILED, retried from the admin). History is removed
+    # after history.retention, through the same kind of record.
+    "job-state-cleanup-delay": _duration(
+        "KEEL_JOB_STATE_CLEANUP_DELAY", os.environ.get("KEEL_JOB_STATE_CLEANUP_DELAY", "60s")
+    ),
+    "job-state-cleanup.max-attempts": int(
+        os.environ.get("KEEL_JOB_STATE_CLEANUP_MAX_ATTEMPTS", "10")
+    ),
+    "history.retention": _duration(
+        "KEEL_HISTORY_RETENTION", os.environ.get("KEEL_HISTORY_RETENTION", "7d")
+    ),
     # Bounds on one job config (engine.hocon, engine.jobs.planner): its size in bytes, how
     # deep its objects and lists nest, and its readers (pipelines x parallelism).
     "config.max-bytes": int(os.environ.get("KEEL_CONFIG_MAX_BYTES", "262144")),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import django_filters
 
 from engine import dirty as dirty_tracking
-from engine.models import Job, Member
-from engine.states import DirtyEvaluation, JobStatus, MemberState
+from engine.models import Job, JobCleanupRecord, Member
+from engine.states import CleanupKind, CleanupState, DirtyEvaluation, JobStatus, MemberState
 
 
 class MemberFilter(django_filters.FilterSet):
@@ -30,3 +30,13 @@ class JobFilter(django_filters.FilterSet):
 
     def filter_dirty(self, queryset, name, value):
         return queryset if value is None else queryset.filter(dirty_tracking.dirty_filter(value))
+
+
+class CleanupRecordFilter(django_filters.FilterSet):
+    state = django_filters.ChoiceFilter(choices=CleanupState.choices)
+    kind = django_filters.ChoiceFilter(choices=CleanupKind.choices)
+    jobId = django_filters.NumberFilter(field_name="job_id")
+
+    class Meta:
+        model = JobCleanupRecord
+        fields = ["state", "kind", "jobId"]

@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from engine.api.views import checkpoints, cluster, episodes, events, jobs
+from engine.api.views import checkpoints, cleanup, cluster, episodes, events, jobs
 
 urlpatterns = [
     path("overview", cluster.OverviewView.as_view(), name="api-overview"),
@@ -19,5 +19,6 @@ urlpatterns = [
         "jobs/<int:job_id>/episodes", episodes.JobEpisodeListView.as_view(), name="api-job-episodes"
     ),
     path("jobs/<int:job_id>/cancel", jobs.JobCancelView.as_view(), name="api-job-cancel"),
+    path("cleanup-records", cleanup.CleanupRecordListView.as_view(), name="api-cleanup-records"),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
 ]

@@ -12,11 +12,12 @@ from engine import dirty
 from engine import events as builders
 from engine.cluster import slots
 from engine.events import append_event
-from engine.jobconfig import ConfigError, check_variables, redact_config
+from engine.jobconfig import ConfigError, check_variables
 from engine.jobs.planner import JobPlan, connects, plan_job
 from engine.jobs.scheduler import never_fits
 from engine.models import Job, Member, Pipeline, TaskGroup
 from engine.protocol import CONTROL_QUEUE, DIRTY_TRACKING_SINCE, TASK_PLAN_JOB
+from engine.redaction import redact_config
 from engine.states import (
     JobStatus,
     MemberState,

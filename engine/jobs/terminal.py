@@ -20,6 +20,7 @@ from engine import dirty
 from engine import events as builders
 from engine.events import append_events
 from engine.fencing import StaleEpoch, fenced
+from engine.jobs import cleanup, summary
 from engine.models import EngineEvent, Job, TaskGroup
 from engine.states import (
     EXECUTION_TERMINAL,
@@ -58,6 +59,7 @@ class HistoryContributor:
 
 
 HISTORY_CONTRIBUTORS = (
+    HistoryContributor(summary.history_part, summary.history_failed, summary.pending_history),
     HistoryContributor(dirty.history_part, dirty.history_failed, dirty.pending_history),
 )
 
@@ -84,7 +86,44 @@ def end_job(job: Job, status: str, epoch: int | None = None) -> list[EngineEvent
     events += advance_job(job, status, epoch)
     job.finished_at = Now()
     job.save(update_fields=["status", "error_msg", "finished_at"])
+    job.refresh_from_db(fields=["finished_at"])
+    events += _fail_open_checkpoints(job, epoch)
     events += record_history(job, epoch)
+    # The tombstone is the job row's terminal status (running lists and counts, and a new
+    # master's reconcile, look only at live statuses); the cleanup intent is a row, here.
+    cleanup.record_job_state_cleanup(job)
+    return events
+
+
+def _fail_open_checkpoints(job: Job, epoch: int | None) -> list[EngineEvent]:
+    """A checkpoint still PENDING when its job ends can never complete: it ends FAILED now, so
+    the history's checkpoint counts are final."""
+    from django.db.models import F
+
+    from engine.models import Checkpoint, Pipeline
+    from engine.states import CheckpointState
+
+    events = []
+    for checkpoint in Checkpoint.objects.filter(
+        job=job, state=CheckpointState.PENDING
+    ).select_related("pipeline"):
+        reason = f"job {job.status} before every ack"
+        Checkpoint.objects.filter(id=checkpoint.id).update(
+            state=CheckpointState.FAILED, ended_at=Now(), failure_reason=reason
+        )
+        Pipeline.objects.filter(id=checkpoint.pipeline_id).update(
+            checkpoints_failed=F("checkpoints_failed") + 1
+        )
+        events.append(
+            builders.checkpoint_ended(
+                job.id,
+                epoch,
+                checkpoint.id,
+                checkpoint.pipeline.index,
+                CheckpointState.FAILED,
+                reason,
+            )
+        )
     return events
 
 

@@ -22,6 +22,7 @@ from engine.protocol import (
     CONTROL_QUEUE,
     TASK_BARRIER,
     TASK_CANCEL,
+    TASK_CLEANUP,
     TASK_COMMIT,
     TASK_CONTROL_STEP,
     TASK_DEPLOY,
@@ -122,3 +123,7 @@ def commit(target: Deployment, checkpoint_id: int) -> None:
 
 def run_control_step(step_id: int, epoch: int) -> None:
     outbox.put(TASK_CONTROL_STEP, [step_id, epoch], CONTROL_QUEUE)
+
+
+def run_cleanups(record_ids: list[int]) -> None:
+    outbox.put(TASK_CLEANUP, [record_ids], CONTROL_QUEUE)

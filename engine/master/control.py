@@ -15,7 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from engine.fencing import StaleEpoch, fenced
-from engine.jobs import recovery
+from engine.jobs import cleanup, recovery
 from engine.master import commands
 from engine.models import ControlStep
 from engine.states import ControlStepKind, ControlStepState
@@ -60,3 +60,13 @@ def run_step(step_id: int, epoch: int) -> str:
         return "stale epoch: the active master re-enqueues it"
     commands.deploy(deployments)
     return result
+
+
+def enqueue_due_cleanups(epoch: int) -> bool:
+    """Active-master step: put overdue cleanup records on the control queue (the countdown
+    sent when the job ended is only a hint). True while a full batch was due."""
+    with fenced(epoch):
+        ids = cleanup.claim_due()
+    for start in range(0, len(ids), cleanup.MESSAGE_BATCH):
+        commands.run_cleanups(ids[start : start + cleanup.MESSAGE_BATCH])
+    return len(ids) >= cleanup.SWEEP_BATCH

@@ -59,6 +59,11 @@ class Timer:
         self.next_at = 0.0
 
 
+#: How often the active master looks for overdue cleanup records (a record is executed within
+#: about this long after it is due, whatever happened to its countdown).
+CLEANUP_SWEEP_INTERVAL = 1.0
+
+
 class ActiveStep:
     """A step of the active master, run at most once per ``interval``: ``run(epoch)`` says
     whether it did work. ``after_reconcile``: only once this epoch's reconciliation is done.
@@ -94,6 +99,12 @@ class Master:
         self.active_steps = (
             ActiveStep(0.2, orchestration.fail_lost_task_groups),
             ActiveStep(0.2, control.enqueue_due_steps, after_reconcile=True),
+            ActiveStep(
+                CLEANUP_SWEEP_INTERVAL,
+                control.enqueue_due_cleanups,
+                after_reconcile=True,
+                again_at_once=True,
+            ),
             ActiveStep(0.1, orchestration.coordinate_checkpoints),
             ActiveStep(0.2, self.cancels.step),
             ActiveStep(0.1, orchestration.schedule, after_reconcile=True, again_at_once=True),

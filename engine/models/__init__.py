@@ -1,6 +1,7 @@
 """Cluster state kept in PostgreSQL, the engine's only source of truth: one module per subdomain."""
 
 from .checkpoints import Checkpoint, TaskCheckpoint
+from .cleanup import JobCleanupRecord
 from .cluster import ClusterState, MasterCandidate, MasterLease, Member, Slot
 from .connections import Connection
 from .dirty import (
@@ -23,6 +24,7 @@ __all__ = [
     "DirtyTrackingGap",
     "EngineEvent",
     "Job",
+    "JobCleanupRecord",
     "MasterCandidate",
     "MasterLease",
     "Member",

@@ -7,10 +7,12 @@ from rest_framework import serializers
 
 from engine import dirty as dirty_tracking
 from engine.api.serializers.checkpoints import CheckpointSummarySerializer
+from engine.api.serializers.cleanup import CleanupRecordSerializer
 from engine.api.serializers.cluster import MemberRefSerializer
 from engine.api.serializers.dirty import DirtyTaskListSerializer, DirtyTaskSerializer
-from engine.models import Checkpoint, Job, TaskGroup
-from engine.states import CheckpointState, ExecutionStatus, JobStatus
+from engine.jobs import summary as job_summary
+from engine.models import Job, JobCleanupRecord, TaskGroup
+from engine.states import JOB_TERMINAL, CleanupKind, JobStatus
 
 MAX_CONFIG_BYTES = 1_000_000
 
@@ -118,9 +120,10 @@ class JobDetailSerializer(JobSummarySerializer):
     )
     envOptions = serializers.JSONField(source="env")
     slotsNeeded = serializers.IntegerField(source="slots_needed")
-    pipelines = PipelineSerializer(many=True)
+    pipelines = serializers.SerializerMethodField()
     metrics = serializers.SerializerMethodField()
     checkpoints = serializers.SerializerMethodField()
+    cleanup = serializers.SerializerMethodField()
 
     class Meta(JobSummarySerializer.Meta):
         fields = [
@@ -135,35 +138,37 @@ class JobDetailSerializer(JobSummarySerializer):
             "pipelines",
             "metrics",
             "checkpoints",
+            "cleanup",
         ]
 
     @extend_schema_field(DirtyTaskSerializer)
     def get_dirtyTask(self, job: Job) -> dict:
         return dirty_tracking.job_summary(job)
 
+    def _ended(self, job: Job) -> dict | None:
+        """An ended job reads from its history (the same before and after its running state
+        is cleaned up)."""
+        if job.status not in JOB_TERMINAL:
+            return None
+        history = getattr(job, "history", None)
+        return history.summary if history is not None and history.summary else None
+
+    @extend_schema_field(PipelineSerializer(many=True))
+    def get_pipelines(self, job: Job) -> list[dict]:
+        ended = self._ended(job)
+        return ended["pipelines"] if ended else job_summary.pipelines(job)
+
     @extend_schema_field(CheckpointSummarySerializer)
     def get_checkpoints(self, job: Job) -> dict:
-        pipelines = job.pipelines.all()
-        latest = (
-            Checkpoint.objects.filter(job=job, state=CheckpointState.COMPLETED)
-            .order_by("-id")
-            .values("id", "ended_at")
-            .first()
-        )
-        return {
-            "completed": sum(p.checkpoints_completed for p in pipelines),
-            "failed": sum(p.checkpoints_failed for p in pipelines),
-            "latestId": latest["id"] if latest else None,
-            "latestAt": latest["ended_at"] if latest else None,
-        }
+        ended = self._ended(job)
+        return ended["checkpoints"] if ended else job_summary.checkpoints(job)
 
     @extend_schema_field(MetricsSerializer)
     def get_metrics(self, job: Job) -> dict:
-        groups = [g for p in job.pipelines.all() for g in p.task_groups.all()]
-        return {
-            "sourceReceivedCount": sum(g.source_received for g in groups),
-            "sinkWriteCount": sum(g.sink_written for g in groups),
-            "rowsPerSecond": round(
-                sum(g.rows_per_second for g in groups if g.status == ExecutionStatus.RUNNING), 1
-            ),
-        }
+        ended = self._ended(job)
+        return ended["metrics"] if ended else job_summary.metrics(job)
+
+    @extend_schema_field(CleanupRecordSerializer(allow_null=True))
+    def get_cleanup(self, job: Job) -> dict | None:
+        record = JobCleanupRecord.objects.filter(job_id=job.id, kind=CleanupKind.JOB_STATE).first()
+        return CleanupRecordSerializer(record).data if record else None

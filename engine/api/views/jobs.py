@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, status
@@ -21,9 +20,10 @@ from engine.api.serializers.jobs import (
     JobSummarySerializer,
 )
 from engine.jobconfig import ConfigError
+from engine.jobs import summary as job_summary
 from engine.jobs.cancel import JobStateError, cancel_job
 from engine.jobs.submission import WorkersUnavailable, submit_job
-from engine.models import Job, TaskGroup
+from engine.models import Job
 from engine.roles import CANCEL_JOB, SUBMIT_JOB
 
 
@@ -73,8 +73,7 @@ class JobDetailView(generics.RetrieveAPIView):
     lookup_url_kwarg = "job_id"
 
     def get_queryset(self):
-        groups = TaskGroup.objects.select_related("member", "slot").order_by("kind", "index")
-        return Job.objects.prefetch_related(Prefetch("pipelines__task_groups", queryset=groups))
+        return job_summary.with_groups(Job.objects.select_related("history"))
 
 
 class JobCancelView(APIView):

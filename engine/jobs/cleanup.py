@@ -1,0 +1,271 @@
+"""Terminal-state cleanup: a finished job's running state is removed once the cleanup delay
+has passed, by a durable record that no master failover can lose.
+
+The record is written in the job's terminal transaction (``record_job_state_cleanup``). At its
+``due_at`` a Celery task on the control queue executes it (``execute``): under the record's row
+lock it removes the job's running state and marks it DONE. The countdown sent at the end is
+only a hint; the active master sweeps overdue records (``claim_due``) and enqueues them again,
+so a lost message, a dead Celery worker or masters dying one after the other only delay it.
+Execution is idempotent: a duplicate delivery, or a second sweeper, finds the record locked or
+DONE and changes nothing (``executions`` counts the executions that removed something).
+
+A JOB_STATE record that is done schedules the job's HISTORY record (``engine.history.retention``
+after the job ended), which removes the job and its history the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.db.models.functions import Now
+
+from engine.models import (
+    Checkpoint,
+    ControlStep,
+    Job,
+    JobCleanupRecord,
+    Pipeline,
+    Slot,
+    SplitAssignment,
+    TaskCheckpoint,
+    TaskGroup,
+)
+from engine.states import (
+    CLEANUP_OPEN,
+    JOB_TERMINAL,
+    CleanupKind,
+    CleanupState,
+    SlotState,
+)
+
+log = logging.getLogger("keel.cleanup")
+
+#: A record enqueued this long ago and still not DONE is enqueued again (the message or the
+#: worker that took it was lost).
+REENQUEUE_AFTER = timedelta(seconds=15)
+#: Backoff between failed attempts: BASE * 2**attempts, at most MAX.
+BACKOFF_BASE = 1.0
+BACKOFF_MAX = 300.0
+#: Records one sweep claims (the rest wait for the next pass).
+SWEEP_BATCH = 500
+#: Records one Celery message carries (each executed in its own transaction).
+MESSAGE_BATCH = 50
+
+
+class NotReady(Exception):
+    """The job's state cannot be removed yet (an attempt fails and is retried)."""
+
+
+def delay() -> timedelta:
+    return timedelta(seconds=float(settings.ENGINE["job-state-cleanup-delay"]))
+
+
+def record_job_state_cleanup(job: Job) -> None:
+    """In the job's terminal transaction: the intent to remove its running state at
+    ``end + engine.job-state-cleanup-delay`` (idempotent per job)."""
+    JobCleanupRecord.objects.get_or_create(
+        job_id=job.id,
+        kind=CleanupKind.JOB_STATE,
+        defaults={"job_name": job.name, "due_at": job.finished_at + delay()},
+    )
+    transaction.on_commit(lambda: hint_at_due(job.id, delay().total_seconds()))
+
+
+def hint_at_due(job_id: int, countdown: float) -> None:
+    """A Celery countdown to execute the job's record when due: only a hint (the active
+    master's sweep is what guarantees it), so a broker that is down costs nothing here."""
+    from celery import current_app
+
+    from engine.protocol import CONTROL_QUEUE, TASK_CLEANUP
+
+    record = (
+        JobCleanupRecord.objects.filter(job_id=job_id, kind=CleanupKind.JOB_STATE)
+        .values_list("id", flat=True)
+        .first()
+    )
+    if record is None:
+        return
+    try:
+        current_app.send_task(
+            TASK_CLEANUP, args=[[record]], queue=CONTROL_QUEUE, countdown=max(countdown, 0)
+        )
+    except Exception as exc:  # the sweep enqueues it anyway
+        log.info("cleanup hint for job %s not sent (%s); the sweep will enqueue it", job_id, exc)
+
+
+# -- the active master's sweep ------------------------------------------------------------------
+
+
+def claim_due(limit: int = SWEEP_BATCH) -> list[int]:
+    """Overdue PENDING records not enqueued recently, claimed (``enqueued_at``) in due order
+    under ``FOR UPDATE SKIP LOCKED``; the caller (fenced, the active master) enqueues them."""
+    ids = list(
+        JobCleanupRecord.objects.select_for_update(skip_locked=True)
+        .filter(state=CleanupState.PENDING, due_at__lte=Now())
+        .filter(Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=Now() - REENQUEUE_AFTER))
+        .order_by("due_at", "id")
+        .values_list("id", flat=True)[:limit]
+    )
+    if ids:
+        JobCleanupRecord.objects.filter(id__in=ids).update(enqueued_at=Now())
+    return ids
+
+
+def overdue_count() -> int:
+    return JobCleanupRecord.objects.filter(state__in=CLEANUP_OPEN, due_at__lt=Now()).count()
+
+
+# -- execution (any worker's Celery pool) -------------------------------------------------------
+
+
+def execute(record_id: int) -> str:
+    """Execute one record if it is due and open; what happened, in a word or two."""
+    try:
+        with transaction.atomic():
+            record = (
+                JobCleanupRecord.objects.select_for_update(skip_locked=True)
+                .filter(id=record_id)
+                .first()
+            )
+            if record is None:
+                return "held by another execution, or gone"
+            if record.state not in CLEANUP_OPEN:
+                return f"{record.state.lower()} already"
+            if record.due_at > _now():
+                return "not due yet"
+            removed = _REMOVERS[record.kind](record)
+            JobCleanupRecord.objects.filter(id=record.id).update(
+                state=CleanupState.DONE,
+                executed_at=Now(),
+                attempts=F("attempts") + 1,
+                executions=F("executions") + 1,
+                last_error="",
+            )
+            if record.kind == CleanupKind.JOB_STATE:
+                _schedule_history_cleanup(record)
+        log.info("cleanup %s of job %s done: %s", record.kind, record.job_id, removed)
+        return "done"
+    except Exception as exc:
+        _failed(record_id, exc)
+        return f"failed: {exc}"
+
+
+def _failed(record_id: int, exc: Exception) -> None:
+    """Record the failure; retry with backoff until max attempts, then FAILED (visible, and
+    retried by hand from the admin)."""
+    level = logging.INFO if isinstance(exc, NotReady) else logging.WARNING
+    log.log(level, "cleanup record %s failed: %s", record_id, exc)
+    limit = int(settings.ENGINE["job-state-cleanup.max-attempts"])
+    with transaction.atomic():
+        record = JobCleanupRecord.objects.select_for_update().filter(id=record_id).first()
+        if record is None or record.state == CleanupState.DONE:
+            return
+        attempts = record.attempts + 1
+        backoff = min(BACKOFF_BASE * 2 ** (attempts - 1), BACKOFF_MAX)
+        JobCleanupRecord.objects.filter(id=record_id).update(
+            attempts=attempts,
+            last_error=str(exc)[:2000] or type(exc).__name__,
+            state=CleanupState.FAILED if attempts >= limit else CleanupState.PENDING,
+            due_at=Now() + timedelta(seconds=backoff),
+            enqueued_at=None,
+        )
+
+
+def _now():
+    from engine.jobs.checkpoints import database_now
+
+    return database_now()
+
+
+def _remove_job_state(record: JobCleanupRecord) -> str:
+    """The job's running state: checkpoints and acks, split assignments, task groups (and any
+    slot one still owns), pipelines, control steps. The job row (its tombstone) and its
+    history stay; the job's detail reads from the history from now on."""
+    job = Job.objects.select_for_update(no_key=True).filter(id=record.job_id).first()
+    if job is None:
+        return "nothing (the job is gone)"
+    if job.status not in JOB_TERMINAL:
+        raise NotReady(f"job {job.id} is {job.status}, not ended")
+    if not _history_written(job.id):
+        raise NotReady(f"the history record of job {job.id} is not written yet")
+    groups = TaskGroup.objects.filter(job=job)
+    freed = Slot.objects.filter(
+        id__in=groups.filter(slot__isnull=False).values("slot_id"), state=SlotState.ASSIGNED
+    ).update(state=SlotState.FREE)
+    acks, _ = TaskCheckpoint.objects.filter(checkpoint__job=job).delete()
+    checkpoints, _ = Checkpoint.objects.filter(job=job).delete()
+    splits, _ = SplitAssignment.objects.filter(pipeline__job=job).delete()
+    steps, _ = ControlStep.objects.filter(job=job).delete()
+    task_groups, _ = groups.delete()
+    pipelines, _ = Pipeline.objects.filter(job=job).delete()
+    return (
+        f"{pipelines} pipelines, {task_groups} task groups, {checkpoints} checkpoints "
+        f"({acks} acks), {splits} split assignments, {steps} control steps, {freed} slots freed"
+    )
+
+
+def _history_written(job_id: int) -> bool:
+    from history.models import JobHistory
+
+    return JobHistory.objects.filter(job_id=job_id, summary__isnull=False).exists()
+
+
+def _remove_history(record: JobCleanupRecord) -> str:
+    """The job itself, its history and whatever still refers to it (its events stay until
+    the event retention: they are the log)."""
+    deleted, _ = Job.objects.filter(id=record.job_id, status__in=JOB_TERMINAL).delete()
+    return f"{deleted} rows of the job and its history"
+
+
+_REMOVERS = {CleanupKind.JOB_STATE: _remove_job_state, CleanupKind.HISTORY: _remove_history}
+
+
+def _schedule_history_cleanup(record: JobCleanupRecord) -> None:
+    finished = Job.objects.filter(id=record.job_id).values_list("finished_at", flat=True).first()
+    if finished is None:
+        return
+    retention = timedelta(seconds=float(settings.ENGINE["history.retention"]))
+    JobCleanupRecord.objects.get_or_create(
+        job_id=record.job_id,
+        kind=CleanupKind.HISTORY,
+        defaults={"job_name": record.job_name, "due_at": finished + retention},
+    )
+
+
+# -- by hand (the admin console) -------------------------------------------------------------
+
+
+def run_now(record_id: int) -> bool:
+    """Make an open record due now (the sweep, or the message sent next, executes it)."""
+    return (
+        JobCleanupRecord.objects.filter(id=record_id, state__in=CLEANUP_OPEN).update(
+            due_at=Now(), enqueued_at=None
+        )
+        == 1
+    )
+
+
+def retry_failed(record_id: int) -> bool:
+    """A FAILED record goes back to PENDING, due now, with a fresh count of attempts."""
+    return (
+        JobCleanupRecord.objects.filter(id=record_id, state=CleanupState.FAILED).update(
+            state=CleanupState.PENDING, due_at=Now(), enqueued_at=None, attempts=0
+        )
+        == 1
+    )
+
+
+def enqueue(record_ids: list[int]) -> None:
+    """Put records on the control queue now, in messages of MESSAGE_BATCH (by name)."""
+    from celery import current_app
+
+    from engine.protocol import CONTROL_QUEUE, TASK_CLEANUP
+
+    for start in range(0, len(record_ids), MESSAGE_BATCH):
+        current_app.send_task(
+            TASK_CLEANUP, args=[record_ids[start : start + MESSAGE_BATCH]], queue=CONTROL_QUEUE
+        )

@@ -1,0 +1,104 @@
+"""A job's pipelines, task groups, metrics and checkpoints as the API shows them: read live
+while the job runs, and kept in its history when it ends, so its detail reads the same after
+its running state is cleaned up (engine.jobs.cleanup)."""
+
+from __future__ import annotations
+
+from django.db.models import Prefetch
+
+from engine.models import Checkpoint, Job, TaskGroup
+from engine.states import CheckpointState, ExecutionStatus
+
+
+def with_groups(queryset):
+    """Jobs with their pipelines and task groups (members and slots) prefetched."""
+    groups = TaskGroup.objects.select_related("member", "slot").order_by("kind", "index")
+    return queryset.prefetch_related(Prefetch("pipelines__task_groups", queryset=groups))
+
+
+def _group(group: TaskGroup) -> dict:
+    return {
+        "taskGroupId": group.id,
+        "kind": group.kind,
+        "index": group.index,
+        "status": group.status,
+        "attempt": group.attempt,
+        "member": (
+            {"uuid": str(group.member.uuid), "name": group.member.name} if group.member else None
+        ),
+        "slot": {"id": group.slot.id, "sequence": group.slot.sequence} if group.slot else None,
+        "errorMsg": group.error_msg,
+        "metrics": {
+            "sourceReceivedCount": group.source_received,
+            "sinkWriteCount": group.sink_written,
+            "rowsPerSecond": round(group.rows_per_second, 1),
+        },
+    }
+
+
+def pipelines(job: Job) -> list[dict]:
+    return [
+        {
+            "pipelineId": pipeline.index,
+            "status": pipeline.status,
+            "restoreCount": pipeline.restore_count,
+            "errorMsg": pipeline.error_msg,
+            "taskGroups": [_group(g) for g in pipeline.task_groups.all()],
+        }
+        for pipeline in job.pipelines.all()
+    ]
+
+
+def metrics(job: Job) -> dict:
+    groups = [g for p in job.pipelines.all() for g in p.task_groups.all()]
+    return {
+        "sourceReceivedCount": sum(g.source_received for g in groups),
+        "sinkWriteCount": sum(g.sink_written for g in groups),
+        "rowsPerSecond": round(
+            sum(g.rows_per_second for g in groups if g.status == ExecutionStatus.RUNNING), 1
+        ),
+    }
+
+
+def checkpoints(job: Job) -> dict:
+    latest = (
+        Checkpoint.objects.filter(job=job, state=CheckpointState.COMPLETED)
+        .order_by("-id")
+        .values("id", "ended_at")
+        .first()
+    )
+    return {
+        "completed": sum(p.checkpoints_completed for p in job.pipelines.all()),
+        "failed": sum(p.checkpoints_failed for p in job.pipelines.all()),
+        "latestId": latest["id"] if latest else None,
+        "latestAt": _iso(latest["ended_at"]) if latest else None,
+    }
+
+
+def _iso(value) -> str | None:
+    """As the API's JSON renders a datetime (UTC as ``Z``)."""
+    if value is None:
+        return None
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def snapshot(job: Job) -> dict:
+    """What the history keeps of the job's running state, in the API's shape."""
+    job = with_groups(Job.objects.filter(id=job.id)).get()
+    return {"pipelines": pipelines(job), "metrics": metrics(job), "checkpoints": checkpoints(job)}
+
+
+def history_part(job: Job, epoch: int | None):
+    """The job's part of its finished-job record: its snapshot, its error and timings."""
+    from history.contributions import HistoryPart
+
+    return HistoryPart(fields={"summary": snapshot(job), "error_msg": job.error_msg})
+
+
+def history_failed(job: Job, epoch: int | None, exc: Exception) -> list:
+    return []  # the running state stays until the record is written (the cleanup waits)
+
+
+def pending_history() -> list[int]:
+    return []  # the dirty-job contributor names the jobs whose record is missing
