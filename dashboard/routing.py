@@ -4,4 +4,5 @@ from . import consumers
 
 websocket_urlpatterns = [
     path("ws/events/", consumers.EventStreamConsumer.as_asgi()),
+    path("ws/live/", consumers.LiveConsumer.as_asgi()),
 ]

@@ -4,7 +4,10 @@ from . import views
 
 urlpatterns = [
     path("", views.cluster, name="cluster"),
+    path("jobs/", views.jobs, name="jobs"),
     path("jobs/<int:job_id>", views.job, name="job"),
+    path("jobs/<int:job_id>/cancel", views.cancel, name="job-cancel"),
+    path("submit/", views.submit, name="submit"),
     path("history/", views.finished_jobs, name="history"),
     path("cleanup/", views.cleanup_records, name="cleanup"),
 ]

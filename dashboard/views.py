@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+from django.conf import settings
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.paginator import Paginator
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, render
-from django.views.decorators.http import require_GET
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
 
-from engine import dirty, queries
-from engine.jobs import summary as job_summary
+from dashboard import live
+from engine import queries
+from engine.jobconfig import ConfigError
+from engine.jobs.cancel import JobStateError, cancel_job
+from engine.jobs.submission import WorkersUnavailable, submit_job
 from engine.models import Job, JobCleanupRecord
-from engine.roles import VIEW_JOB
-from engine.states import JOB_TERMINAL, CleanupKind, CleanupState, DirtyEvaluation
+from engine.roles import CANCEL_JOB, SUBMIT_JOB, VIEW_JOB
+from engine.states import JOB_TERMINAL, CleanupKind, CleanupState
 from history.models import JobHistory
+
+
+def viewer_page(view):
+    """A page any role may read: signed in, with the viewer's permission, GET only."""
+    return login_required(permission_required(VIEW_JOB, raise_exception=True)(require_GET(view)))
 
 
 @require_GET
@@ -28,47 +40,26 @@ def healthz(request: HttpRequest) -> JsonResponse:
         return JsonResponse({"status": "error", "database": "unreachable"}, status=503)
 
 
-@login_required
-@permission_required(VIEW_JOB, raise_exception=True)
-@require_GET
+@viewer_page
 def cluster(request: HttpRequest) -> HttpResponse:
-    recovery = request.GET.get("recovery", "")
-    if recovery not in DirtyEvaluation.values:
-        recovery = ""  # any other value: all jobs
-    context = {
-        "overview": queries.overview(),
-        "members": queries.members()[:200],
-        "jobs": queries.recent_jobs(recovery=recovery or None),
-        "recovery": recovery,
-        "recovery_choices": DirtyEvaluation.values,
-    }
-    if request.headers.get("HX-Request"):
-        return render(request, "dashboard/htmx/cluster.html", context)
-    return render(request, "dashboard/cluster.html", context)
+    """The cluster: master, members, slots, recent jobs (live over the socket)."""
+    seq = queries.latest_seq()  # before the data: what changes after reaches the page
+    return _render(request, "cluster", {"seq": seq, **live.cluster_context(request.GET)})
 
 
-@login_required
-@permission_required(VIEW_JOB, raise_exception=True)
-@require_GET
+@viewer_page
+def jobs(request: HttpRequest) -> HttpResponse:
+    """Jobs with their status and health badges, filters in the URL (live over the socket)."""
+    seq = queries.latest_seq()
+    return _render(request, "jobs", {"seq": seq, **live.jobs_context(request.GET)})
+
+
+@viewer_page
 def job(request: HttpRequest, job_id: int) -> HttpResponse:
-    """One job: its status, pipelines, dirty-job label and recovery episodes (live)."""
+    """One job: status, pipelines, dirty-job label, recovery episodes, events (live)."""
+    seq = queries.latest_seq()
     job = get_object_or_404(Job.objects.select_related("history"), id=job_id)
-    history = getattr(job, "history", None)
-    ended = job.status in JOB_TERMINAL and history is not None and history.summary
-    snapshot = history.summary if ended else job_summary.snapshot(job)
-    context = {
-        "job": job,
-        "pipelines": snapshot["pipelines"],
-        "checkpoints": snapshot["checkpoints"],
-        "cleanup": JobCleanupRecord.objects.filter(
-            job_id=job.id, kind=CleanupKind.JOB_STATE
-        ).first(),
-        "dirty": dirty.job_summary(job),
-        "episodes": dirty.job_episodes(job),
-    }
-    if request.headers.get("HX-Request"):
-        return render(request, "dashboard/htmx/job.html", context)
-    return render(request, "dashboard/job.html", context)
+    return _render(request, "job", {"seq": seq, **live.job_context(job)})
 
 
 PAGE_SIZE = 50
@@ -87,9 +78,7 @@ def _render(request: HttpRequest, name: str, context: dict) -> HttpResponse:
     return render(request, f"dashboard/{name}.html", context)
 
 
-@login_required
-@permission_required(VIEW_JOB, raise_exception=True)
-@require_GET
+@viewer_page
 def finished_jobs(request: HttpRequest) -> HttpResponse:
     """Finished jobs from their history (``?jobStatus=`` as the API), newest first."""
     status = request.GET.get("jobStatus", "")
@@ -106,9 +95,7 @@ def finished_jobs(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
-@permission_required(VIEW_JOB, raise_exception=True)
-@require_GET
+@viewer_page
 def cleanup_records(request: HttpRequest) -> HttpResponse:
     """Cleanup records, read-only (``?state=``, ``?kind=``, ``?jobId=`` as the API); staff
     follow a record to the admin console to act on it."""
@@ -136,3 +123,75 @@ def cleanup_records(request: HttpRequest) -> HttpResponse:
             **paging,
         },
     )
+
+
+@login_required
+@permission_required(VIEW_JOB, raise_exception=True)
+def submit(request: HttpRequest) -> HttpResponse:
+    """Write or paste a config (or start from an example); its errors show at their line. Only
+    operators may submit; others see the editor read-only."""
+    examples = {
+        p.name: p.read_text(encoding="utf-8")
+        for p in sorted((Path(settings.BASE_DIR) / "examples").glob("*.conf"))
+    }
+    text = request.POST.get("config", "") if request.method == "POST" else ""
+    if request.method == "GET" and request.GET.get("example") in examples:
+        text = examples[request.GET["example"]]
+    errors: list[dict] = []
+    if request.method == "POST":
+        if not request.user.has_perm(SUBMIT_JOB):
+            return HttpResponse("submitting needs the operator role", status=403)
+        try:
+            job = submit_job(text, request.POST.get("jobName") or None, submitted_by=request.user)
+        except ConfigError as exc:
+            errors = exc.errors
+        except WorkersUnavailable as exc:
+            errors = [{"path": "config", "message": str(exc)}]
+        else:
+            return redirect("job", job_id=job.id)
+    lines = text.split("\n") if text else [""]
+    by_line: dict[int, list[dict]] = {}
+    for error in errors:
+        line = int(error.get("line") or 0) or _line_of(text, error.get("path", ""))
+        by_line.setdefault(line, []).append(error)
+    numbered = [(n, line, by_line.get(n, [])) for n, line in enumerate(lines, start=1)]
+    return render(
+        request,
+        "dashboard/submit.html",
+        {
+            "text": text,
+            "errors": errors,
+            "unplaced": by_line.get(0, []),
+            "numbered": numbered,
+            "examples": sorted(examples),
+            "may_submit": request.user.has_perm(SUBMIT_JOB),
+        },
+        status=400 if errors else 200,
+    )
+
+
+def _line_of(text: str, path: str) -> int:
+    """The line an error without one is about: where its last key is written (0: unknown)."""
+    key = path.rsplit(".", 1)[-1] if "." in path else ""
+    if not key or not re.fullmatch(r"[\w.-]+", key):
+        return 0
+    found = re.search(rf"(^|[\s{{,]){re.escape(key)}\s*[=:]", text, re.M)
+    return (
+        text.count("\n", 0, found.start()) + 1 + (1 if found.group(1) == "\n" else 0)
+        if found
+        else 0
+    )
+
+
+@login_required
+@require_POST
+def cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Cancel a job from its page (operators; CSRF-protected like every form)."""
+    if not request.user.has_perm(CANCEL_JOB):
+        return HttpResponse("cancelling needs the operator role", status=403)
+    get_object_or_404(Job, id=job_id)
+    try:
+        cancel_job(job_id, by=request.user)
+    except JobStateError:
+        pass  # ended meanwhile: the page shows how
+    return redirect("job", job_id=job_id)

@@ -17,6 +17,7 @@ DEMO_SET = (
     "fake_to_localfile.batch.conf",
     "jdbc_to_jdbc.batch.conf",
     "fake_to_jdbc.streaming.conf",
+    "tracked_stream.streaming.conf",
 )
 ORDERS = 10_000
 

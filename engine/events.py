@@ -20,6 +20,9 @@ from engine.locks import EVENT_APPEND
 from engine.models import EngineEvent, Job, Member
 from engine.states import MemberState
 
+#: The PostgreSQL LISTEN/NOTIFY channel an appending transaction notifies.
+EVENTS_CHANNEL = "keel_events"
+
 
 def append_events(events: Iterable[EngineEvent]) -> list[EngineEvent]:
     """Append events inside the caller's transaction; must be its last write."""
@@ -33,6 +36,9 @@ def append_events(events: Iterable[EngineEvent]) -> list[EngineEvent]:
         # waits for a row lock while this transaction holds the append lock.
         cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
         cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", EVENT_APPEND)
+        # Wakes the web process's relay (dashboard push) when this transaction commits; one
+        # payload, so a transaction's notifications collapse into one.
+        cur.execute("SELECT pg_notify(%s, '')", [EVENTS_CHANNEL])
     return EngineEvent.objects.bulk_create(events)
 
 

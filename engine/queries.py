@@ -119,6 +119,16 @@ def recent_jobs(limit: int = 20, recovery: str | None = None) -> QuerySet[Job]:
     return jobs.order_by("-id")[:limit]
 
 
+def job_events(job_id: int, limit: int = 30) -> list[EngineEvent]:
+    """A job's newest events, newest first."""
+    return list(EngineEvent.objects.filter(job_id=job_id).order_by("-seq")[:limit])
+
+
+def latest_seq() -> int:
+    """The newest event's seq (0 if none)."""
+    return EngineEvent.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+
+
 def events_after(after: int, limit: int = MAX_EVENT_PAGE) -> list[EngineEvent]:
     limit = max(1, min(limit, MAX_EVENT_PAGE))
     return list(

@@ -14,6 +14,16 @@ os.environ["KEEL_CONNECTORS_FILE_ROOTS"] = TEST_FILE_ROOTS
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _stop_event_relay():
+    """The web-process relay (dashboard.relay) started by socket tests holds sessions on the
+    test database: stop it before the database is dropped."""
+    yield
+    from dashboard import relay
+
+    relay.stop()
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _test_file_roots():
     from django.conf import settings
 

@@ -98,3 +98,52 @@ def test_operator_logs_in_and_watches_a_worker_die(healthy, browser):
     assert "No recovery episode" in page.locator("table.episodes").inner_text()
     page.screenshot(path=str(healthy.var_dir / "dashboard.png"))
     page.close()
+
+
+def test_a_health_badge_flips_to_dirty_live_without_a_reload(healthy, browser):
+    """Pushed over the socket: a worker dies under a tracked job and the jobs page's badge for
+    it turns DIRTY in place (the page is never reloaded); the DIRTY filter and the episode
+    timeline then show it."""
+    password = (healthy.var_dir / "admin-password").read_text().strip()
+    base = f"http://127.0.0.1:{healthy.port}"
+    job_id = submit(
+        healthy,
+        "env { job.name = live-dirty, job.mode = STREAMING, job.dirty-task.threshold = 1,"
+        " job.retry.interval.seconds = 0 }\n"
+        "source { FakeSource { rows.per-second = 50 } }\nsink { Blackhole {} }",
+    )
+    page = browser.new_page()
+    page.goto(f"{base}/jobs/")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_selector(f'tr[data-job-id="{job_id}"]')
+    page.wait_for_function("document.body.classList.contains('live')", timeout=10_000)
+    page.evaluate("window.keelNotReloaded = true")
+    health = page.locator(f'tr[data-job-id="{job_id}"] [data-field="evaluationStatus"]')
+    status = page.locator(f'tr[data-job-id="{job_id}"] [data-field="jobStatus"]')
+    wait_for(lambda: status.inner_text() == "RUNNING", 30, interval=0.1, what="RUNNING")
+    assert health.inner_text() == "CLEAN"
+
+    host = healthy.one(
+        "SELECT m.name FROM engine_taskgroup t JOIN engine_member m ON m.id = t.member_id"
+        " WHERE t.job_id = %s AND t.kind = 'READER'",
+        (job_id,),
+    )
+    healthy.signal(host, signal.SIGKILL)
+    wait_for(lambda: health.inner_text() == "DIRTY", 30, interval=0.1, what="the badge to flip")
+    assert page.evaluate("window.keelNotReloaded === true")  # pushed, not reloaded
+    page.screenshot(path=str(healthy.var_dir / "badge-dirty.png"))
+
+    page.goto(f"{base}/jobs/?evaluationStatus=DIRTY")
+    assert page.locator("tr[data-job-id]").count() == 1
+    page.click(f'tr[data-job-id="{job_id}"] a')
+    page.wait_for_selector("table.episodes")
+    wait_for(
+        lambda: "No recovery episode" not in page.inner_text("table.episodes"),
+        20,
+        interval=0.2,
+        what="the episode timeline",
+    )
+    page.screenshot(path=str(healthy.var_dir / "episodes.png"))
+    page.close()

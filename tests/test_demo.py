@@ -51,7 +51,7 @@ def test_demo_runs_until_ctrl_c_and_stops_everything(db_template):
         KEEL_VAR_DIR=var_dir,
         PYTHONUNBUFFERED="1",
     )
-    demo = start_demo(["--port", str(port)], env)
+    demo = start_demo(["--port", str(port), "--chaos", "--chaos-interval", "6"], env)
     try:
         text = read_until_ready(demo)
         assert f"http://127.0.0.1:{port}/" in text, text
@@ -65,7 +65,8 @@ def test_demo_runs_until_ctrl_c_and_stops_everything(db_template):
         assert overview["members"]["alive"] == 3 and overview["activeMaster"]
         # The representative example jobs went in and run: the batch ones finish.
         jobs = re.search(r"Jobs:\s+(.*)", text).group(1).split(", ")
-        assert len(jobs) == 4, text
+        assert len(jobs) == 5 and any(j.endswith("tracked-stream") for j in jobs), text
+        assert "Chaos:      a random worker is killed every 6 s" in text
 
         def finished_jobs():
             request = urllib.request.Request(
@@ -81,6 +82,18 @@ def test_demo_runs_until_ctrl_c_and_stops_everything(db_template):
             interval=0.5,
             what="the demo's batch jobs to finish",
         )
+        # --chaos: a worker is killed and started again, and the tracked job counts it.
+        tracked = int(next(j for j in jobs if j.endswith("tracked-stream")).split()[0])
+
+        def attempts():
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/api/v1/jobs/{tracked}",
+                headers={"Authorization": f"Token {token}"},
+            )
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                return json.loads(resp.read())["dirtyTask"]["recoveryAttemptCount"]
+
+        wait_for(lambda: attempts() >= 1, 60, interval=0.5, what="a chaos kill to count")
         pids = [int(p.read_text().split()[0]) for p in (ROOT / var_dir / "cluster").glob("*.pid")]
         assert len(pids) == 6
     finally:

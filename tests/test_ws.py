@@ -71,3 +71,62 @@ def test_stream_refuses_anonymous_clients():
         assert not connected and code == 4401
 
     asyncio.run(scenario())
+
+
+def test_live_pages_get_fragments_pushed_and_catch_up_after_a_reconnect(engine):
+    """``/ws/live/``: a change to a job reaches the jobs page as an out-of-band swap of its
+    rows carrying the seq it shows; a page that was away gets the current state at once on
+    reconnecting with its last seq, and nothing while nothing happens."""
+    user = role_user("watcher", "viewer")
+    engine.add_member(slots=4)
+
+    @database_sync_to_async
+    def submit() -> int:
+        return engine.submit(config="source { FakeSource { } }\nsink { Blackhole { } }").id
+
+    @database_sync_to_async
+    def schedule() -> None:
+        engine.schedule()
+
+    @database_sync_to_async
+    def latest() -> int:
+        from engine.queries import latest_seq
+
+        return latest_seq()
+
+    async def fragment(communicator) -> tuple[str, int]:
+        html = await communicator.receive_from(timeout=10)
+        seq = int(html.split('id="live-seq" data-seq="')[1].split('"')[0])
+        return html, seq
+
+    async def scenario():
+        page = await connect(f"/ws/live/?topic=jobs&after={await latest()}", user)
+        assert (await page.connect())[0]
+        assert await page.receive_nothing(timeout=0.3)  # nothing happened: nothing sent
+        job_id = await submit()
+        html, seq = await fragment(page)
+        assert f'data-job-id="{job_id}"' in html and 'id="jobs-live" hx-swap-oob="true"' in html
+        assert '<span class="badge pending" data-field="jobStatus">PENDING</span>' in html
+        await page.disconnect()
+
+        await schedule()  # while the page is away
+        again = await connect(f"/ws/live/?topic=jobs&after={seq}", user)
+        assert (await again.connect())[0]
+        html, caught_up = await fragment(again)
+        assert caught_up == await latest() and caught_up > seq
+        assert 'data-field="jobStatus">SCHEDULED</span>' in html
+        assert await again.receive_nothing(timeout=0.3)  # applied once, nothing doubled
+        await again.disconnect()
+
+        detail = await connect(f"/ws/live/?topic=job.{job_id}&after=0", user)
+        assert (await detail.connect())[0]
+        html, _ = await fragment(detail)
+        assert '<div id="job" hx-swap-oob="innerHTML">' in html
+        await detail.disconnect()
+
+        refused = await connect("/ws/live/?topic=jobs&after=0", AnonymousUser())
+        assert (await refused.connect()) == (False, 4401)
+        bad = await connect("/ws/live/?topic=secrets&after=0", user)
+        assert (await bad.connect()) == (False, 4400)
+
+    asyncio.run(scenario())

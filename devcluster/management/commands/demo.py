@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
 import signal
 import threading
+import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -29,6 +31,13 @@ class Command(BaseCommand):
         parser.add_argument("--masters", type=int, default=2)
         parser.add_argument("--workers", type=int, default=3)
         parser.add_argument("--slots", type=int, default=8)
+        parser.add_argument(
+            "--chaos",
+            action="store_true",
+            help="kill a random worker every --chaos-interval seconds and start it again "
+            "(badges go DIRTY, episodes appear)",
+        )
+        parser.add_argument("--chaos-interval", type=float, default=30.0)
 
     def submit_examples(self) -> str:
         """Submit the representative set of example jobs; a line saying what went in."""
@@ -81,15 +90,46 @@ class Command(BaseCommand):
                         f"(logs in {cluster.dir})",
                         f"  Jobs:       {submitted}",
                         "  Submit:     ./run submit examples/fake_to_blackhole.batch.conf --wait",
+                        "  Chaos:      a random worker is killed every "
+                        f"{opts['chaos_interval']:g} s and started again"
+                        if opts["chaos"]
+                        else "  Chaos:      off (./run demo --chaos kills a worker every 30 s)",
                         "Press Ctrl-C to stop everything.",
                         "",
                     ]
                 )
             )
             self.stdout.flush()
+            chaos = Chaos(cluster, spec, opts["chaos_interval"]) if opts["chaos"] else None
             while not stop.wait(1.0):
-                pass
+                if chaos is not None:
+                    chaos.step(self.stdout)
         finally:
             self.stdout.write("stopping the demo cluster...")
             cluster.down()
             self.stdout.write("demo stopped")
+
+
+class Chaos:
+    """Every ``interval`` seconds, SIGKILL one worker at random and start it again (it joins as
+    a new member): the jobs it served restore, and tracked ones count the attempts."""
+
+    def __init__(self, cluster: LocalCluster, spec: ClusterSpec, interval: float) -> None:
+        self.cluster = cluster
+        self.workers = [p.name for p in spec.processes if p.name.startswith("worker-")]
+        self.interval = interval
+        self.next_at = time.monotonic() + interval
+        self.random = random.Random()
+
+    def step(self, out) -> None:
+        if time.monotonic() < self.next_at or not self.workers:
+            return
+        self.next_at = time.monotonic() + self.interval
+        victim = self.random.choice(self.workers)
+        try:
+            self.cluster.signal(victim, signal.SIGKILL)
+            self.cluster.wait_exit(victim, 10)
+            self.cluster.start(victim)
+            out.write(f"chaos: killed and restarted {victim}")
+        except ClusterError as exc:
+            out.write(f"chaos: {victim}: {exc}")

@@ -1,0 +1,130 @@
+"""What the live pages show, rendered the same way for the first page load, for htmx's polling
+fallback and for the socket's out-of-band swaps (dashboard.consumers)."""
+
+from __future__ import annotations
+
+import re
+
+from django.core.paginator import Paginator
+from django.db.models import Count, Q, Sum
+from django.template.loader import render_to_string
+
+from engine import dirty, queries
+from engine.jobs import summary as job_summary
+from engine.models import Job, JobCleanupRecord
+from engine.states import JOB_TERMINAL, CleanupKind, DirtyEvaluation, JobStatus
+
+PAGE_SIZE = 50
+_JOB_TOPIC = re.compile(r"^job\.(\d{1,18})$")
+
+
+def topic(text: str) -> str | None:
+    """``jobs``, ``cluster`` or ``job.N``; None for anything else."""
+    if text in ("jobs", "cluster") or _JOB_TOPIC.match(text):
+        return text
+    return None
+
+
+# -- the jobs page -------------------------------------------------------------------------------
+
+
+def job_filters(query) -> dict[str, str]:
+    """The filters of the jobs page, as they stand in its URL (unknown values dropped)."""
+    status = query.get("jobStatus", "")
+    evaluation = query.get("evaluationStatus", "")
+    return {
+        "jobStatus": status if status in JobStatus.values else "",
+        "evaluationStatus": evaluation if evaluation in DirtyEvaluation.values else "",
+        "q": query.get("q", "").strip()[:100],
+        "page": query.get("page", "1") if str(query.get("page", "1")).isdigit() else "1",
+    }
+
+
+def jobs_context(query) -> dict:
+    filters = job_filters(query)
+    base = Job.objects.all()
+    if filters["jobStatus"]:
+        base = base.filter(status=filters["jobStatus"])
+    if filters["q"]:
+        match = Q(name__icontains=filters["q"])
+        if filters["q"].isdigit():
+            match |= Q(id=int(filters["q"]))
+        base = base.filter(match)
+    counts = dict.fromkeys(DirtyEvaluation.values, 0)
+    for row in dirty.annotate(base).order_by().values("dirty_evaluation").annotate(n=Count("id")):
+        counts[row["dirty_evaluation"]] = row["n"]
+    jobs = dirty.annotate(
+        base.annotate(
+            rows_per_second=Sum(
+                "task_groups__rows_per_second", filter=Q(task_groups__status="RUNNING")
+            )
+        )
+    )
+    if filters["evaluationStatus"]:
+        jobs = jobs.filter(dirty_evaluation=filters["evaluationStatus"])
+    page = Paginator(jobs.order_by("-id"), PAGE_SIZE).get_page(filters["page"])
+    return {
+        "filters": filters,
+        "jobs": page.object_list,
+        "page": page,
+        "counts": counts,
+        "statuses": JobStatus.values,
+        "evaluations": DirtyEvaluation.values,
+        "url_query": "&".join(f"{k}={v}" for k, v in filters.items() if v and k != "page"),
+    }
+
+
+# -- the job page --------------------------------------------------------------------------------
+
+
+def job_context(job: Job) -> dict:
+    history = getattr(job, "history", None)
+    ended = job.status in JOB_TERMINAL and history is not None and history.summary
+    snapshot = history.summary if ended else job_summary.snapshot(job)
+    return {
+        "job": job,
+        "pipelines": snapshot["pipelines"],
+        "checkpoints": snapshot["checkpoints"],
+        "metrics": snapshot["metrics"],
+        "cleanup": JobCleanupRecord.objects.filter(
+            job_id=job.id, kind=CleanupKind.JOB_STATE
+        ).first(),
+        "dirty": dirty.job_summary(job),
+        "episodes": dirty.job_episodes(job),
+        "events": queries.job_events(job.id, 30),
+    }
+
+
+def cluster_context(query) -> dict:
+    recovery = query.get("recovery", "")
+    if recovery not in DirtyEvaluation.values:
+        recovery = ""
+    return {
+        "overview": queries.overview(),
+        "members": queries.members()[:200],
+        "jobs": queries.recent_jobs(recovery=recovery or None),
+        "recovery": recovery,
+        "recovery_choices": DirtyEvaluation.values,
+    }
+
+
+# -- the socket's fragments ----------------------------------------------------------------------
+
+
+def fragments(topic: str, query: dict, user, seq: int) -> str:
+    """The changed parts of the page as htmx out-of-band swaps, and the ``seq`` they show."""
+    context = {"user": user, "oob": True}
+    if topic == "jobs":
+        body = render_to_string("dashboard/htmx/jobs.html", {**context, **jobs_context(query)})
+    elif topic == "cluster":
+        data = {**context, **cluster_context(query)}
+        inner = render_to_string("dashboard/htmx/cluster.html", data)
+        body = f'<div id="cluster" hx-swap-oob="innerHTML">{inner}</div>'
+    else:
+        job = Job.objects.select_related("history").filter(id=int(topic.split(".")[1])).first()
+        if job is None:
+            body = ""
+        else:
+            inner = render_to_string("dashboard/htmx/job.html", {**context, **job_context(job)})
+            body = f'<div id="job" hx-swap-oob="innerHTML">{inner}</div>'
+    return f'{body}<span id="live-seq" data-seq="{seq}" hx-swap-oob="true"></span>'

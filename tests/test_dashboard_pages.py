@@ -1,0 +1,95 @@
+"""The dashboard's pages and their test hooks (a contract): ``/jobs/`` rows are
+``<tr data-job-id>`` with ``[data-field=jobStatus]`` and ``[data-field=evaluationStatus]``;
+cluster member rows are ``[data-member-uuid]`` with ``[data-field=state]``. Filters live in
+the URL, and every page carries its live socket and the seq it shows."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.conftest import role_user
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CONFIG = 'env {{ job.name = "{name}" }}\nsource {{ FakeSource {{ }} }}\nsink {{ Blackhole {{ }} }}'
+
+
+def rows(html: str) -> dict[int, tuple[str, str]]:
+    found = {}
+    for match in re.finditer(r'<tr data-job-id="(\d+)">(.*?)</tr>', html, re.S):
+        status = re.search(r'data-field="jobStatus">(\w+)<', match.group(2)).group(1)
+        health = re.search(r'data-field="evaluationStatus">(\w+)<', match.group(2)).group(1)
+        found[int(match.group(1))] = (status, health)
+    return found
+
+
+def test_the_jobs_page_filters_searches_and_counts(engine, client):
+    engine.add_member(slots=8)
+    tracked = engine.submit(
+        config=CONFIG.format(name="nightly-orders").replace(
+            "env {", "env { job.dirty-task.threshold = 2,"
+        )
+    )
+    plain = engine.submit(config=CONFIG.format(name="hourly-clicks"))
+    engine.schedule()
+    engine.cancel(plain)
+    client.force_login(role_user("vera", "viewer"))
+
+    page = client.get("/jobs/").content.decode()
+    assert rows(page) == {tracked.id: ("SCHEDULED", "CLEAN"), plain.id: ("CANCELED", "DISABLED")}
+    assert 'data-count="CLEAN">CLEAN 1<' in page and 'data-count="DIRTY">DIRTY 0<' in page
+    assert re.search(r'ws-connect="/ws/live/\?topic=jobs&after=\d+"', page)
+    assert list(rows(client.get("/jobs/?jobStatus=CANCELED").content.decode())) == [plain.id]
+    assert list(rows(client.get("/jobs/?evaluationStatus=CLEAN").content.decode())) == [tracked.id]
+    assert list(rows(client.get("/jobs/?q=nightly").content.decode())) == [tracked.id]
+    assert list(rows(client.get(f"/jobs/?q={plain.id}").content.decode())) == [plain.id]
+    empty = client.get("/jobs/?evaluationStatus=DIRTY").content.decode()
+    assert rows(empty) == {} and "No job matches these filters" in empty
+    # The polling fallback gets the same rows as an out-of-band swap.
+    partial = client.get("/jobs/?jobStatus=CANCELED", HTTP_HX_REQUEST="true").content.decode()
+    assert partial.startswith('<div id="jobs-live" hx-swap-oob="true">') and "<html" not in partial
+
+
+def test_the_cluster_page_marks_members_and_the_job_page_reads_live_or_from_history(engine, client):
+    member = engine.add_member(slots=2)
+    job = engine.submit(config=CONFIG.format(name="one"))
+    client.force_login(role_user("vera", "viewer"))
+    page = client.get("/").content.decode()
+    assert re.search(rf'data-member-uuid="{member.uuid}">.*?data-field="state">ALIVE<', page, re.S)
+    detail = client.get(f"/jobs/{job.id}").content.decode()
+    assert f'ws-connect="/ws/live/?topic=job.{job.id}&after=' in detail
+    assert "job.submitted" in detail  # the job's events
+
+
+def test_submit_shows_errors_at_their_line_and_only_operators_submit_or_cancel(engine, client):
+    engine.add_member(slots=8)
+    client.force_login(role_user("otto", "operator"))
+    bad = "env {\n  parallelism = 0\n}\nsource { FakeSource { } }\nsink { Console { } }\n"
+    response = client.post("/submit/", {"config": bad})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert 'data-error-path="env.parallelism"' in page
+    assert '<li class="bad" data-line="' in page
+    assert "parallelism = 0" in page  # the text is kept to fix
+    syntax = client.post("/submit/", {"config": "env {\n  a = [1, 2 }\n" + bad[25:]})
+    assert 'data-error-line="2"' in syntax.content.decode()
+    response = client.post("/submit/", {"config": CONFIG.format(name="from-the-page")})
+    assert response.status_code == 302
+    job_id = int(response["Location"].rstrip("/").split("/")[-1])
+    detail = client.get(f"/jobs/{job_id}").content.decode()
+    assert 'data-action="cancel"' in detail
+    assert client.get("/submit/?example=fake_to_console.streaming.conf").status_code == 200
+
+    client.force_login(role_user("vera", "viewer"))
+    assert 'data-action="cancel"' not in client.get(f"/jobs/{job_id}").content.decode()
+    assert client.post(f"/jobs/{job_id}/cancel").status_code == 403
+    assert client.post("/submit/", {"config": CONFIG.format(name="x")}).status_code == 403
+
+    client.force_login(role_user("oona", "operator"))
+    assert client.post(f"/jobs/{job_id}/cancel").status_code == 302
+    from engine.models import Job
+
+    job = Job.objects.get(id=job_id)
+    assert job.status == "CANCELED" and job.canceled_by.username == "oona"
