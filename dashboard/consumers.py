@@ -120,3 +120,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def relay_events(self, message):
         if message["seq"] > self.after:
             await self.render(message["seq"])
+
+    async def relay_samples(self, message):
+        """New throughput samples: redraw rows/s and the sparkline (same seq)."""
+        await self.render(self.after)

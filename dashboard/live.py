@@ -11,6 +11,7 @@ from django.template.loader import render_to_string
 
 from engine import dirty, queries
 from engine.jobs import summary as job_summary
+from engine.jobs import throughput
 from engine.models import Job, JobCleanupRecord
 from engine.states import JOB_TERMINAL, CleanupKind, DirtyEvaluation, JobStatus
 
@@ -92,6 +93,8 @@ def job_context(job: Job) -> dict:
         "dirty": dirty.job_summary(job),
         "episodes": dirty.job_episodes(job),
         "events": queries.job_events(job.id, 30),
+        "sparkline": throughput.sparkline(throughput.recent(job.id)),
+        "throughput": (throughput.recent(job.id, 1) or [None])[-1],
     }
 
 
@@ -99,9 +102,14 @@ def cluster_context(query) -> dict:
     recovery = query.get("recovery", "")
     if recovery not in DirtyEvaluation.values:
         recovery = ""
+    grid: dict[str, list[dict]] = {}
+    for slot in queries.slots():
+        grid.setdefault(slot["member"]["name"], []).append(slot)
     return {
         "overview": queries.overview(),
         "members": queries.members()[:200],
+        "slot_grid": sorted(grid.items()),
+        "feed": queries.recent_events(20),
         "jobs": queries.recent_jobs(recovery=recovery or None),
         "recovery": recovery,
         "recovery_choices": DirtyEvaluation.values,

@@ -21,6 +21,7 @@ from engine import queries
 from engine.api.serializers.events import EngineEventSerializer
 from engine.dbsession import connect_dedicated
 from engine.events import EVENTS_CHANNEL
+from engine.jobs.throughput import SAMPLES_CHANNEL
 
 log = logging.getLogger("keel.relay")
 #: Without a notification (one lost with a dropped session), look anyway this often; and
@@ -52,18 +53,37 @@ class Relay(threading.Thread):
             try:
                 with connect_dedicated("keel-relay") as conn:
                     conn.execute(f"LISTEN {EVENTS_CHANNEL}")
+                    conn.execute(f"LISTEN {SAMPLES_CHANNEL}")
                     delay = 0.5
+                    sampled = False
                     while not self.stopping.is_set():
                         while self.forward():
                             pass
-                        for _ in conn.notifies(timeout=STOP_CHECK, stop_after=1):
-                            pass
+                        if sampled:
+                            self.forward_samples()
+                        sampled = any(
+                            n.channel == SAMPLES_CHANNEL
+                            for n in conn.notifies(timeout=STOP_CHECK, stop_after=1)
+                        )
             except Exception as exc:  # the database or the layer blipped: carry on after it
                 log.warning("event relay: %s; starting again in %.1f s", exc, delay)
                 self.stopping.wait(delay)
                 delay = min(delay * 2, 10.0)
             finally:
                 connections.close_all()
+
+    def forward_samples(self) -> None:
+        """New throughput samples: the jobs page and the running jobs' pages redraw (rows/s,
+        sparklines); nothing is sent while no job runs."""
+        close_old_connections()
+        from engine.models import Job
+        from engine.states import JobStatus
+
+        running = Job.objects.filter(status=JobStatus.RUNNING).values_list("id", flat=True)
+        send = async_to_sync(self.layer.group_send)
+        message = {"type": "relay.samples"}
+        for group in ["jobs", *(f"job.{job_id}" for job_id in running)]:
+            send(group, message)
 
     def forward(self) -> bool:
         """Send the events after ``after`` to their groups; True if a full batch went out."""

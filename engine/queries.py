@@ -119,6 +119,11 @@ def recent_jobs(limit: int = 20, recovery: str | None = None) -> QuerySet[Job]:
     return jobs.order_by("-id")[:limit]
 
 
+def recent_events(limit: int = 20) -> list[EngineEvent]:
+    """The newest events of the cluster, newest first."""
+    return list(EngineEvent.objects.select_related("member").order_by("-seq")[:limit])
+
+
 def job_events(job_id: int, limit: int = 30) -> list[EngineEvent]:
     """A job's newest events, newest first."""
     return list(EngineEvent.objects.filter(job_id=job_id).order_by("-seq")[:limit])

@@ -192,7 +192,11 @@ SPECTACULAR_SETTINGS = {
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        # The layer waits on Redis with BZPOPMIN for 5 s; redis-py's own default read timeout is
+        # also 5 s, which would end idle sockets: reads get longer, connects stay short.
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 3}]
+        },
     }
 }
 

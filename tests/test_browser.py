@@ -147,3 +147,66 @@ def test_a_health_badge_flips_to_dirty_live_without_a_reload(healthy, browser):
     )
     page.screenshot(path=str(healthy.var_dir / "episodes.png"))
     page.close()
+
+
+SET_PASSWORD = """
+from django.contrib.auth import get_user_model
+user = get_user_model().objects.get(username="{role}")
+user.set_password("{password}")
+user.save()
+"""
+
+
+def sign_in(page, base: str, username: str, password: str) -> None:
+    page.goto(f"{base}/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_selector("header.top nav")
+
+
+def test_submit_shows_the_error_at_its_line_and_only_operators_can_cancel(healthy, browser):
+    healthy.restore()
+    base = f"http://127.0.0.1:{healthy.port}"
+    for role in ("viewer", "operator"):  # ./run cluster up made them, token only
+        healthy.run(
+            "manage", "shell", "-c", SET_PASSWORD.format(role=role, password=f"{role}-pass-123")
+        )
+    operator = browser.new_page()
+    sign_in(operator, base, "operator", "operator-pass-123")
+    operator.goto(f"{base}/submit/")
+    operator.fill(
+        "textarea[name=config]",
+        "env {\n  job.mode = STREAMING\n  parallelism = 0\n}\n"
+        "source { FakeSource { rows.per-second = 5 } }\nsink { Blackhole { } }",
+    )
+    operator.click("form.submit button[type=submit]")
+    error = operator.locator('.inline-error[data-error-line="3"]')
+    error.wait_for()
+    assert "env.parallelism" in error.inner_text()
+    assert operator.locator('.gutter li.bad[data-line="3"]').count() == 1
+    operator.screenshot(path=str(healthy.var_dir / "submit-error.png"))
+    operator.fill(
+        "textarea[name=config]",
+        'env { job.name = "cancel-me", job.mode = STREAMING }\n'
+        "source { FakeSource { rows.per-second = 5 } }\nsink { Blackhole { } }",
+    )
+    operator.click("form.submit button[type=submit]")
+    operator.wait_for_selector("h1:has-text('cancel-me')")
+    job_url = operator.url
+
+    viewer = browser.new_page()
+    sign_in(viewer, base, "viewer", "viewer-pass-123")
+    viewer.goto(job_url)
+    viewer.wait_for_selector("h1:has-text('cancel-me')")
+    assert viewer.locator('[data-action="cancel"]').count() == 0
+    viewer.screenshot(path=str(healthy.var_dir / "viewer-no-cancel.png"))
+
+    operator.on("dialog", lambda dialog: dialog.accept())
+    operator.click('[data-action="cancel"]')
+    operator.wait_for_selector("h1:has-text('cancel-me')")
+    status = operator.locator("dl.summary")
+    wait_for(lambda: "CANCEL" in status.inner_text(), 20, interval=0.2, what="the cancel")
+    operator.screenshot(path=str(healthy.var_dir / "operator-cancel.png"))
+    operator.close()
+    viewer.close()

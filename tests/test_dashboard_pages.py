@@ -93,3 +93,28 @@ def test_submit_shows_errors_at_their_line_and_only_operators_submit_or_cancel(e
 
     job = Job.objects.get(id=job_id)
     assert job.status == "CANCELED" and job.canceled_by.username == "oona"
+
+
+def test_running_jobs_are_sampled_for_the_sparkline_and_old_samples_go(engine, client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from engine.jobs import lifecycle, throughput
+    from engine.models import TaskGroup, ThroughputSample
+
+    engine.add_member(slots=4)
+    job = engine.submit(config=CONFIG.format(name="sampled"))
+    engine.schedule()
+    engine.run_deployed()
+    for rate in (10.0, 30.0):
+        for group in TaskGroup.objects.filter(job=job):
+            lifecycle.report_metrics(group.id, group.attempt, group.member_id, 1, 1, rate)
+        throughput.sample(engine.epoch)
+    assert throughput.recent(job.id) == [20.0, 60.0]  # two task groups, summed
+    client.force_login(role_user("vera", "viewer"))
+    page = client.get(f"/jobs/{job.id}").content.decode()
+    assert '<svg class="sparkline"' in page and 'data-field="rowsPerSecond">60.0<' in page
+    ThroughputSample.objects.update(at=timezone.now() - timedelta(hours=1))
+    throughput.sample(engine.epoch)
+    assert throughput.recent(job.id) == [60.0]  # the old ones are gone

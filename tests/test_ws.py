@@ -130,3 +130,26 @@ def test_live_pages_get_fragments_pushed_and_catch_up_after_a_reconnect(engine):
         assert (await bad.connect()) == (False, 4400)
 
     asyncio.run(scenario())
+
+
+def test_an_idle_socket_stays_open_past_the_layers_blocking_read():
+    """The channel layer waits on Redis in 5 s blocking reads: a socket with nothing to say
+    for longer must stay open and still get the next event (redis-py's default 5 s read
+    timeout used to end it)."""
+    user = role_user("idle", "viewer")
+
+    async def scenario():
+        communicator = await connect("/ws/events/?after=0", user)
+        assert (await communicator.connect())[0]
+        await collect_available(communicator)
+        assert await communicator.receive_nothing(timeout=7, interval=0.5)
+        seq = await append("test.after-idle")
+        assert [e["seq"] for e in await collect(communicator, 1)] == [seq]
+        await communicator.disconnect()
+
+    asyncio.run(scenario())
+
+
+async def collect_available(communicator) -> None:
+    while not await communicator.receive_nothing(timeout=0.3):
+        await communicator.receive_json_from(timeout=1)

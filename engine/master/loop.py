@@ -22,6 +22,7 @@ from engine import dirty, retention
 from engine.cluster.election import Leadership, LeadershipLost, record_candidate
 from engine.cluster.membership import SWEEP_INTERVAL, sweep_members
 from engine.fencing import StaleEpoch
+from engine.jobs import throughput
 from engine.master import control, orchestration
 from engine.states import CandidateState
 
@@ -62,6 +63,8 @@ class Timer:
 #: How often the active master looks for overdue cleanup records (a record is executed within
 #: about this long after it is due, whatever happened to its countdown).
 CLEANUP_SWEEP_INTERVAL = 1.0
+#: How often running jobs' throughput is sampled (the dashboard's sparklines).
+THROUGHPUT_SAMPLE_INTERVAL = 5.0
 
 
 class ActiveStep:
@@ -111,6 +114,7 @@ class Master:
             ActiveStep(1.0, orchestration.redeliver),
             ActiveStep(2.0, self.housekeeping, after_reconcile=True),
             ActiveStep(10.0, retention.sweep, after_reconcile=True, again_at_once=True),
+            ActiveStep(THROUGHPUT_SAMPLE_INTERVAL, throughput.sample, after_reconcile=True),
         )
         #: One pass of the loop, in order (built once: the loop runs every 20 ms when idle).
         self.steps = (

@@ -14,6 +14,7 @@ from .dirty import (
 from .events import EngineEvent
 from .fields import OrderedJSONField
 from .jobs import ControlStep, Job, Pipeline, SplitAssignment, TaskGroup
+from .throughput import ThroughputSample
 
 __all__ = [
     "Checkpoint",
@@ -37,4 +38,5 @@ __all__ = [
     "SplitAssignment",
     "TaskCheckpoint",
     "TaskGroup",
+    "ThroughputSample",
 ]
