@@ -13,6 +13,7 @@ from engine import dirty, queries
 from engine.jobs import summary as job_summary
 from engine.jobs import throughput
 from engine.models import Job, JobCleanupRecord
+from engine.roles import DRAIN_MEMBER
 from engine.states import JOB_TERMINAL, CleanupKind, DirtyEvaluation, JobStatus
 
 PAGE_SIZE = 50
@@ -98,7 +99,7 @@ def job_context(job: Job) -> dict:
     }
 
 
-def cluster_context(query) -> dict:
+def cluster_context(query, user=None) -> dict:
     recovery = query.get("recovery", "")
     if recovery not in DirtyEvaluation.values:
         recovery = ""
@@ -113,6 +114,7 @@ def cluster_context(query) -> dict:
         "jobs": queries.recent_jobs(recovery=recovery or None),
         "recovery": recovery,
         "recovery_choices": DirtyEvaluation.values,
+        "can_drain": bool(user and user.has_perm(DRAIN_MEMBER)),
     }
 
 
@@ -125,7 +127,7 @@ def fragments(topic: str, query: dict, user, seq: int) -> str:
     if topic == "jobs":
         body = render_to_string("dashboard/htmx/jobs.html", {**context, **jobs_context(query)})
     elif topic == "cluster":
-        data = {**context, **cluster_context(query)}
+        data = {**context, **cluster_context(query, user)}
         inner = render_to_string("dashboard/htmx/cluster.html", data)
         body = f'<div id="cluster" hx-swap-oob="innerHTML">{inner}</div>'
     else:

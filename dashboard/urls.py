@@ -7,6 +7,7 @@ urlpatterns = [
     path("jobs/", views.jobs, name="jobs"),
     path("jobs/<int:job_id>", views.job, name="job"),
     path("jobs/<int:job_id>/cancel", views.cancel, name="job-cancel"),
+    path("members/<uuid:member_uuid>/drain", views.drain, name="member-drain"),
     path("submit/", views.submit, name="submit"),
     path("history/", views.finished_jobs, name="history"),
     path("cleanup/", views.cleanup_records, name="cleanup"),

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.paginator import Paginator
 from django.db import connection
@@ -17,9 +18,10 @@ from dashboard import live
 from engine import queries
 from engine.jobconfig import ConfigError
 from engine.jobs.cancel import JobStateError, cancel_job
+from engine.jobs.drain import DrainRefused, request_drain
 from engine.jobs.submission import WorkersUnavailable, submit_job
 from engine.models import Job, JobCleanupRecord
-from engine.roles import CANCEL_JOB, SUBMIT_JOB, VIEW_JOB
+from engine.roles import CANCEL_JOB, DRAIN_MEMBER, SUBMIT_JOB, VIEW_JOB
 from engine.states import JOB_TERMINAL, CleanupKind, CleanupState
 from history.models import JobHistory
 
@@ -44,7 +46,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def cluster(request: HttpRequest) -> HttpResponse:
     """The cluster: master, members, slots, recent jobs (live over the socket)."""
     seq = queries.latest_seq()  # before the data: what changes after reaches the page
-    return _render(request, "cluster", {"seq": seq, **live.cluster_context(request.GET)})
+    context = live.cluster_context(request.GET, request.user)
+    return _render(request, "cluster", {"seq": seq, **context})
 
 
 @viewer_page
@@ -195,3 +198,29 @@ def cancel(request: HttpRequest, job_id: int) -> HttpResponse:
     except JobStateError:
         pass  # ended meanwhile: the page shows how
     return redirect("job", job_id=job_id)
+
+
+@login_required
+@require_POST
+def drain(request: HttpRequest, member_uuid) -> HttpResponse:
+    """Drain a member from the cluster page (operators, after the dialog's confirmation)."""
+    if not request.user.has_perm(DRAIN_MEMBER):
+        return HttpResponse("draining needs the operator role", status=403)
+    try:
+        record, created = request_drain(
+            member_uuid,
+            request.user,
+            request.POST.get("reason", ""),
+            force=request.POST.get("force") == "on",
+        )
+    except DrainRefused as exc:
+        messages.error(request, f"not drained: {exc}")
+    else:
+        name = record.member.name
+        messages.success(
+            request,
+            f"draining {name}: its task groups move away, then it leaves"
+            if created
+            else f"{name} is being drained already",
+        )
+    return redirect("cluster")

@@ -18,6 +18,7 @@ from engine.models import (
     MasterCandidate,
     MasterLease,
     Member,
+    MemberDrain,
     Slot,
     TaskGroup,
 )
@@ -52,6 +53,17 @@ class MemberAdmin(ReadOnlyAdmin):
     ]
     list_filter = ["state", "slot_mode"]
     search_fields = ["name", "uuid", "address"]
+
+
+@admin.register(MemberDrain)
+class MemberDrainAdmin(ReadOnlyAdmin):
+    """The drain audit: who drained which member, why, and how it ended (drains are asked
+    through the API or the dashboard, never made here)."""
+
+    list_display = ["member", "state", "requested_by_name", "reason", "created_at", "ended_at"]
+    list_filter = ["state"]
+    search_fields = ["member__name", "requested_by_name", "reason", "request_id"]
+    date_hierarchy = "created_at"
 
 
 @admin.register(Slot)

@@ -169,7 +169,9 @@ def member_joined(member: Member) -> EngineEvent:
     )
 
 
-def member_ended(member: Member, reason: str, sequence: int, epoch: int | None) -> EngineEvent:
+def member_ended(
+    member: Member, reason: str, sequence: int, epoch: int | None, classification: str = ""
+) -> EngineEvent:
     """``member.left`` (it said so itself) or ``member.removed`` (by the active master), by the
     member's new state; ``sequence`` is the member-event sequence the end was counted as."""
     kind = "member.left" if member.state == MemberState.LEFT else "member.removed"
@@ -183,6 +185,7 @@ def member_ended(member: Member, reason: str, sequence: int, epoch: int | None) 
             "address": member.address,
             "reason": reason,
             "memberEventSequence": sequence,
+            "classification": classification,
         },
     )
 

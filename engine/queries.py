@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 from django.db import connection
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, Prefetch, Q, QuerySet, Sum
 
 from engine import dirty
-from engine.models import EngineEvent, Job, Member, Slot, TaskGroup
+from engine.models import EngineEvent, Job, Member, MemberDrain, Slot, TaskGroup
 from engine.states import JobStatus, MemberState, SlotState
 
 MAX_EVENT_PAGE = 500
 
 
 def members() -> QuerySet[Member]:
-    """Members, newest first, with their slot counts."""
-    return Member.objects.annotate(
-        slot_total=Count("slots"),
-        slot_assigned=Count("slots", filter=Q(slots__state=SlotState.ASSIGNED)),
-    ).order_by("-started_at", "-id")
+    """Members, newest first, with their slot counts and drains (newest first)."""
+    return (
+        Member.objects.annotate(
+            slot_total=Count("slots"),
+            slot_assigned=Count("slots", filter=Q(slots__state=SlotState.ASSIGNED)),
+        )
+        .prefetch_related(
+            Prefetch(
+                "drains", queryset=MemberDrain.objects.select_related("member").order_by("-id")
+            )
+        )
+        .order_by("-started_at", "-id")
+    )
 
 
 def overview() -> dict:

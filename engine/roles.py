@@ -1,7 +1,8 @@
 """Roles: Django groups with the permissions each may use (created by a migration).
 
 - viewer: the read API and the dashboard;
-- operator: also submits and cancels jobs;
+- operator: also submits and cancels jobs, drains members (a planned leave) and acknowledges
+  a job's UNKNOWN recovery tracking;
 - admin: also the admin site (with ``is_staff``) and named connections.
 """
 
@@ -14,16 +15,20 @@ ROLES = (VIEWER, OPERATOR, ADMIN)
 
 SUBMIT_JOB = "engine.submit_job"
 CANCEL_JOB = "engine.cancel_job"
+DRAIN_MEMBER = "engine.drain_member"
+ACKNOWLEDGE_DIRTY = "engine.acknowledge_dirty"
 VIEW_JOB = "engine.view_job"
 
 #: Group -> permission codenames of the engine app ("view_*": every view permission).
 GRANTS: dict[str, tuple[str, ...]] = {
     VIEWER: ("view_*",),
-    OPERATOR: ("view_*", "submit_job", "cancel_job"),
+    OPERATOR: ("view_*", "submit_job", "cancel_job", "drain_member", "acknowledge_dirty"),
     ADMIN: (
         "view_*",
         "submit_job",
         "cancel_job",
+        "drain_member",
+        "acknowledge_dirty",
         "add_connection",
         "change_connection",
         "delete_connection",

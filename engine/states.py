@@ -174,6 +174,21 @@ class DirtyEvaluation(models.TextChoices):
     DISABLED = "DISABLED"
 
 
+class DrainState(models.TextChoices):
+    """A planned leave (drain) of a member, ordered through the authenticated API: DRAINING while
+    the active master moves its task groups away; LEFT once it verified the member empty and
+    ended it; ABORTED if the member ended otherwise first (a crash, its own SIGTERM); EXPIRED if
+    the drain did not finish within ``engine.drain.timeout`` (the member takes work again)."""
+
+    DRAINING = "DRAINING"
+    LEFT = "LEFT"
+    ABORTED = "ABORTED"
+    EXPIRED = "EXPIRED"
+
+
+DRAIN_ENDED = frozenset({DrainState.LEFT, DrainState.ABORTED, DrainState.EXPIRED})
+
+
 class LeaveClassification(models.TextChoices):
     """Why a member left, as far as the cluster can trust it. Every loss is UNCLASSIFIED until a
     trusted planned-leave control plane registers PLANNED_VERIFIED before the member stops."""

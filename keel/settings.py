@@ -41,6 +41,19 @@ def _duration(name: str, text: str) -> float:
     return float(match.group(1)) * factor
 
 
+def _count(name: str, default: str, minimum: int = 0) -> int:
+    """A whole number from the environment, refused at startup if it is not one or is below
+    ``minimum`` (a negative history size, say, would silently keep nothing)."""
+    text = os.environ.get(name, default)
+    try:
+        value = int(text)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}: {text!r} is not a whole number") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}: {value} is below the minimum of {minimum}")
+    return value
+
+
 def _secret_key() -> str:
     key = os.environ.get("DJANGO_SECRET_KEY")
     if key:
@@ -236,7 +249,7 @@ ENGINE = {
     "retention.events-age": _duration(
         "KEEL_RETENTION_EVENTS_AGE", os.environ.get("KEEL_RETENTION_EVENTS_AGE", "7d")
     ),
-    "retention.events-count": int(os.environ.get("KEEL_RETENTION_EVENTS_COUNT", "1000000")),
+    "retention.events-count": _count("KEEL_RETENTION_EVENTS_COUNT", "1000000", minimum=1),
     "retention.ended-age": _duration(
         "KEEL_RETENTION_ENDED_AGE", os.environ.get("KEEL_RETENTION_ENDED_AGE", "1d")
     ),
@@ -274,22 +287,28 @@ ENGINE = {
     "job-state-cleanup-delay": _duration(
         "KEEL_JOB_STATE_CLEANUP_DELAY", os.environ.get("KEEL_JOB_STATE_CLEANUP_DELAY", "60s")
     ),
-    "job-state-cleanup.max-attempts": int(
-        os.environ.get("KEEL_JOB_STATE_CLEANUP_MAX_ATTEMPTS", "10")
+    "job-state-cleanup.max-attempts": _count(
+        "KEEL_JOB_STATE_CLEANUP_MAX_ATTEMPTS", "10", minimum=1
     ),
     "history.retention": _duration(
         "KEEL_HISTORY_RETENTION", os.environ.get("KEEL_HISTORY_RETENTION", "7d")
     ),
     # Bounds on one job config (engine.hocon, engine.jobs.planner): its size in bytes, how
     # deep its objects and lists nest, and its readers (pipelines x parallelism).
-    "config.max-bytes": int(os.environ.get("KEEL_CONFIG_MAX_BYTES", "262144")),
-    "config.max-depth": int(os.environ.get("KEEL_CONFIG_MAX_DEPTH", "32")),
-    "config.max-readers": int(os.environ.get("KEEL_CONFIG_MAX_READERS", "256")),
+    "config.max-bytes": _count("KEEL_CONFIG_MAX_BYTES", "262144", minimum=1),
+    "config.max-depth": _count("KEEL_CONFIG_MAX_DEPTH", "32", minimum=1),
+    "config.max-readers": _count("KEEL_CONFIG_MAX_READERS", "256", minimum=1),
+    # Who may scrape GET /metrics besides a viewer's token or session: loopback callers (off by
+    # default in production: behind a proxy every caller looks local) and a bearer token.
+    "metrics.loopback": os.environ.get("KEEL_METRICS_LOOPBACK", "0" if PRODUCTION else "1")
+    in ("1", "true", "yes"),
+    "metrics.token": os.environ.get("KEEL_METRICS_TOKEN", ""),
+    # Planned leaves (engine.jobs.drain): a drain not finished within this long expires
+    # and the member takes work again.
+    "drain.timeout": _duration("KEEL_DRAIN_TIMEOUT", os.environ.get("KEEL_DRAIN_TIMEOUT", "10m")),
     # Dirty-job tracking (engine.dirty): recent episodes kept per job, and how long an episode
     # may wait without any deployment before it is aborted as stale (a duration: 10m, 90s, 2h).
-    "dirty-task.event-history-size": int(
-        os.environ.get("KEEL_DIRTY_TASK_EVENT_HISTORY_SIZE", "10")
-    ),
+    "dirty-task.event-history-size": _count("KEEL_DIRTY_TASK_EVENT_HISTORY_SIZE", "10"),
     "dirty-task.pending-incident-ttl": _duration(
         "KEEL_DIRTY_TASK_PENDING_INCIDENT_TTL",
         os.environ.get("KEEL_DIRTY_TASK_PENDING_INCIDENT_TTL", "10m"),

@@ -13,10 +13,11 @@ TEST_FILE_ROOTS = os.pathsep.join(
 os.environ["KEEL_CONNECTORS_FILE_ROOTS"] = TEST_FILE_ROOTS
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True, scope="module")
 def _stop_event_relay():
     """The web-process relay (dashboard.relay) started by socket tests holds sessions on the
-    test database: stop it before the database is dropped."""
+    test database: stop it after each module (the next socket starts it again), so it neither
+    outlives the database nor retries in modules that may not use the database."""
     yield
     from dashboard import relay
 

@@ -118,3 +118,38 @@ def test_running_jobs_are_sampled_for_the_sparkline_and_old_samples_go(engine, c
     ThroughputSample.objects.update(at=timezone.now() - timedelta(hours=1))
     throughput.sample(engine.epoch)
     assert throughput.recent(job.id) == [60.0]  # the old ones are gone
+
+
+def test_operators_drain_a_member_from_the_cluster_page_after_confirming(engine, client):
+    from django.test import Client
+
+    from engine.models import MemberDrain
+
+    member = engine.add_member(slots=2)
+    engine.add_member(slots=2)
+    client.force_login(role_user("vera", "viewer"))
+    page = client.get("/").content.decode()
+    assert 'data-action="drain"' not in page and "drain-dialog" not in page
+    assert client.post(f"/members/{member.uuid}/drain", {"reason": "x"}).status_code == 403
+
+    operator = Client(enforce_csrf_checks=True)
+    operator.force_login(role_user("otto", "operator"))
+    page = operator.get("/").content.decode()
+    assert f'data-drain-url="/members/{member.uuid}/drain"' in page
+    assert '<dialog id="drain-dialog"' in page and 'name="reason" required' in page
+    # The form needs its CSRF token, like every form.
+    assert operator.post(f"/members/{member.uuid}/drain", {"reason": "x"}).status_code == 403
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    response = operator.post(
+        f"/members/{member.uuid}/drain",
+        {"reason": "firmware update", "csrfmiddlewaretoken": token},
+        follow=True,
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert f"draining {member.name}" in page
+    assert re.search(
+        rf'data-member-uuid="{member.uuid}">.*?data-field="drain"[^>]*>DRAINING<', page, re.S
+    )
+    drain = MemberDrain.objects.get(member=member)
+    assert (drain.requested_by_name, drain.reason) == ("otto", "firmware update")

@@ -8,6 +8,8 @@ its authentication and the refusal to enable with an older member alive; and the
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from engine import dirty
@@ -168,7 +170,11 @@ def test_every_api_route_needs_authentication():
     client = APIClient()
     for pattern in urlpatterns:
         assert isinstance(pattern, URLPattern)
-        path = "/api/v1/" + str(pattern.pattern).replace("<int:job_id>", "1")
+        path = "/api/v1/" + re.sub(
+            r"<(\w+):\w+>",
+            lambda m: {"int": "1", "uuid": "00000000-0000-0000-0000-000000000001"}[m[1]],
+            str(pattern.pattern),
+        )
         assert client.get(path).status_code in (401, 403), path
 
 

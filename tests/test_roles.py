@@ -67,7 +67,15 @@ def test_a_user_without_a_role_is_refused_even_reads(db):
 
 
 def test_engine_state_is_read_only_in_the_admin(admin_client, db):
-    for model in ("member", "slot", "engineevent", "masterlease", "mastercandidate", "job"):
+    for model in (
+        "member",
+        "memberdrain",
+        "slot",
+        "engineevent",
+        "masterlease",
+        "mastercandidate",
+        "job",
+    ):
         assert admin_client.get(f"/admin/engine/{model}/add/").status_code == 403, model
         assert admin_client.get(f"/admin/engine/{model}/").status_code == 200, model
     assert admin_client.get("/admin/engine/connection/add/").status_code == 200

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from engine.cluster.membership import _end_member_sessions, register_member
+from engine.cluster.membership import end_member_sessions, register_member
 from engine.connectors.jdbc_writers import (
     fence_older_attempts,
     member_sink_sessions,
@@ -94,7 +94,7 @@ def test_a_session_the_engine_may_not_end_spares_none_of_the_others():
         with connection.cursor() as cur:
             cur.execute("SET ROLE keel_test_engine")
         try:
-            _end_member_sessions(member)
+            end_member_sessions(member)
         finally:
             with connection.cursor() as cur:
                 cur.execute("RESET ROLE")

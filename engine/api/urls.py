@@ -6,6 +6,11 @@ from engine.api.views import checkpoints, cleanup, cluster, episodes, events, jo
 urlpatterns = [
     path("overview", cluster.OverviewView.as_view(), name="api-overview"),
     path("members", cluster.MemberListView.as_view(), name="api-members"),
+    path(
+        "members/<uuid:member_uuid>/drain",
+        cluster.MemberDrainView.as_view(),
+        name="api-member-drain",
+    ),
     path("slots", cluster.SlotListView.as_view(), name="api-slots"),
     path("events", events.EventListView.as_view(), name="api-events"),
     path("jobs", jobs.JobListView.as_view(), name="api-jobs"),
@@ -19,6 +24,11 @@ urlpatterns = [
         "jobs/<int:job_id>/episodes", episodes.JobEpisodeListView.as_view(), name="api-job-episodes"
     ),
     path("jobs/<int:job_id>/cancel", jobs.JobCancelView.as_view(), name="api-job-cancel"),
+    path(
+        "jobs/<int:job_id>/dirty/ack",
+        episodes.JobDirtyAckView.as_view(),
+        name="api-job-dirty-ack",
+    ),
     path("cleanup-records", cleanup.CleanupRecordListView.as_view(), name="api-cleanup-records"),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
 ]

@@ -29,10 +29,18 @@ from engine.connectors.jdbc_writers import member_sink_sessions
 from engine.dbsession import connect_dedicated, django_application_name
 from engine.events import append_events
 from engine.fencing import fenced
-from engine.locks import EVENT_APPEND, MEMBER_NAMESPACE, member_lock_key
+from engine.locks import DIRTY_VERSION_GATE, EVENT_APPEND, MEMBER_NAMESPACE, member_lock_key
 from engine.models import Member
-from engine.protocol import PROTOCOL_VERSION
-from engine.states import MEMBER_TRANSITIONS, MemberState, SlotMode, check_transition
+from engine.protocol import DIRTY_TRACKING_SINCE, PROTOCOL_VERSION
+from engine.states import (
+    JOB_TERMINAL,
+    MEMBER_TRANSITIONS,
+    DrainState,
+    LeaveClassification,
+    MemberState,
+    SlotMode,
+    check_transition,
+)
 
 log = logging.getLogger("keel.membership")
 
@@ -46,6 +54,15 @@ def member_application_name(member_uuid: uuidlib.UUID | str) -> str:
 
 class MemberFenced(Exception):
     """This member was removed by the cluster (or its session ended): it must exit."""
+
+
+class MemberRefused(Exception):
+    """The cluster does not let this member join (it runs a protocol too old for what runs)."""
+
+
+class MemberDrained(MemberFenced):
+    """An operator drained this member and the master verified it empty: it left the cluster
+    as planned, and its process ends normally."""
 
 
 @dataclass
@@ -75,7 +92,20 @@ class MemberSession:
             self._rejoin(exc, outage_tolerance)
             return
         if cur.rowcount != 1:
-            raise MemberFenced(f"member {self.uuid} is no longer ALIVE in the cluster")
+            raise self._gone(self.conn)
+
+    def _gone(self, conn: psycopg.Connection) -> MemberFenced:
+        """Why the cluster no longer knows us as ALIVE: drained (a planned leave), or not."""
+        try:
+            drained = conn.execute(
+                "SELECT 1 FROM engine_memberdrain WHERE member_id = %s AND state = %s",
+                (self.id, DrainState.LEFT),
+            ).fetchone()
+        except psycopg.Error:
+            drained = None
+        if drained:
+            return MemberDrained(f"member {self.uuid} was drained and left the cluster")
+        return MemberFenced(f"member {self.uuid} is no longer ALIVE in the cluster")
 
     def _rejoin(self, lost: BaseException, tolerance: float) -> None:
         """Open a new membership session holding our lock, or raise MemberFenced."""
@@ -111,9 +141,11 @@ class MemberSession:
                 self.conn = conn
                 log.warning("member %s rejoined after a database outage", self.name)
                 return
-            conn.close()
             if cur.rowcount != 1:
-                raise MemberFenced(f"member {self.uuid} is no longer ALIVE in the cluster")
+                gone = self._gone(conn)
+                conn.close()
+                raise gone
+            conn.close()
             if time.monotonic() + delay > deadline:
                 raise MemberFenced(f"membership session lost: {lost}; could not take it back")
             time.sleep(delay)  # our old session still holds the lock: the server ends it
@@ -127,12 +159,18 @@ class MemberSession:
 
 
 def register_member(
-    name: str, slots: int, slot_mode: str, address: str | None = None
+    name: str,
+    slots: int,
+    slot_mode: str,
+    address: str | None = None,
+    protocol_version: int = PROTOCOL_VERSION,
 ) -> MemberSession:
     """Register a new member (fresh UUID) with its slots, holding its lock from the first instant.
 
     The row, its slots, the ``member.joined`` event and the advisory lock are made in one
     transaction of the membership session: no one can see the member without its lock held.
+    A member of a protocol older than dirty-job tracking needs is refused (MemberRefused)
+    while a job that tracks its recovery runs: it could not take part in the tracking.
     """
     member_uuid = uuidlib.uuid4()
     host = socket.gethostname()
@@ -141,6 +179,8 @@ def register_member(
     conn = connect_dedicated(member_application_name(member_uuid))
     try:
         with conn.transaction():
+            if protocol_version < DIRTY_TRACKING_SINCE:
+                _refuse_if_tracking(conn, name, protocol_version)
             member_id = conn.execute(
                 """
                 INSERT INTO engine_member
@@ -158,7 +198,7 @@ def register_member(
                     MemberState.ALIVE,
                     slot_mode,
                     slots,
-                    PROTOCOL_VERSION,
+                    protocol_version,
                 ),
             ).fetchone()[0]
             conn.execute("SELECT pg_advisory_lock(%s, %s)", member_lock_key(member_id))
@@ -172,7 +212,7 @@ def register_member(
                     address=address,
                     slot_mode=slot_mode,
                     slot_count=slots,
-                    protocol_version=PROTOCOL_VERSION,
+                    protocol_version=protocol_version,
                 )
             )
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", EVENT_APPEND)
@@ -190,8 +230,33 @@ def register_member(
     return MemberSession(id=member_id, uuid=member_uuid, name=name, conn=conn)
 
 
+def _refuse_if_tracking(conn: psycopg.Connection, name: str, protocol_version: int) -> None:
+    """Under the gate a tracking-enabled job's submission takes too (engine.locks)."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", DIRTY_VERSION_GATE)
+    running = [
+        row[0]
+        for row in conn.execute(
+            "SELECT id FROM engine_job WHERE dirty_threshold > 0 AND status <> ALL(%s)"
+            " ORDER BY id LIMIT 5",
+            (sorted(JOB_TERMINAL),),
+        )
+    ]
+    if running:
+        message = (
+            f"member {name} runs protocol {protocol_version} and cannot join while jobs that "
+            f"track their recovery run (jobs {', '.join(map(str, running))}): they need "
+            f"protocol {DIRTY_TRACKING_SINCE} on every member; upgrade this worker"
+        )
+        log.error("registration refused: %s", message)
+        raise MemberRefused(message)
+
+
 def _end_membership(
-    member_id: int, state: str, reason: str, epoch: int | None = None
+    member_id: int,
+    state: str,
+    reason: str,
+    epoch: int | None = None,
+    classification: str | None = None,
 ) -> Member | None:
     """ALIVE -> ``state`` with the sequence bump and the event, inside the caller's transaction.
 
@@ -218,9 +283,9 @@ def _end_membership(
         )
         seq = cur.fetchone()[0]
     member = Member(id=member_id, uuid=row[0], name=row[1], address=row[2], pid=row[3], state=state)
-    tracked = dirty.on_member_lost(member, seq, epoch)  # waits for job state rows: before...
-    append_events([builders.member_ended(member, reason, seq, epoch)])
-    tracked.append()  # ...the append lock, which the dirty.* events then share with ours
+    tracked = dirty.on_member_lost(member, seq, epoch, classification)  # waits for job state
+    append_events([builders.member_ended(member, reason, seq, epoch, tracked.classification)])
+    tracked.append()  # rows before the append lock, which the dirty.* events then share
     return member
 
 
@@ -230,6 +295,15 @@ def leave(member_id: int, reason: str = "graceful shutdown") -> bool:
         return _end_membership(member_id, MemberState.LEFT, reason) is not None
 
 
+def leave_drained(epoch: int, member_id: int, reason: str) -> Member | None:
+    """Active master: a drained member it verified empty leaves as LEFT, PLANNED_VERIFIED (in the
+    caller's fenced transaction). Its sessions are ended as a removed member's are, so nothing
+    of the old process can finish a write after it."""
+    return _end_membership(
+        member_id, MemberState.LEFT, reason, epoch, LeaveClassification.PLANNED_VERIFIED
+    )
+
+
 def remove_member(epoch: int, member_id: int, reason: str) -> bool:
     """Active master: mark a member REMOVED. Fenced by ``epoch``; exactly once per member."""
     with fenced(epoch):
@@ -237,11 +311,11 @@ def remove_member(epoch: int, member_id: int, reason: str) -> bool:
     if member is None:
         return False
     log.warning("member %s (%s) REMOVED: %s", member.name, member.uuid, reason)
-    _end_member_sessions(member)
+    end_member_sessions(member)
     return True
 
 
-def _end_member_sessions(member: Member) -> None:
+def end_member_sessions(member: Member) -> None:
     """End every session of a removed member (its membership session, its Django sessions and
     its sink sessions in any database of this server), so a frozen member that wakes finds
     itself fenced and cannot finish a half-done write.

@@ -1,16 +1,28 @@
 """Slots, and every transition of theirs: a fixed member's slots are created when it registers,
 a dynamic member's on demand; the scheduler takes and assigns them, a task group that ends frees
-its own. The slots of a member that is no longer ALIVE are never taken again.
+its own. The slots of a member that is no longer ALIVE, or that is being drained (a planned
+leave, engine.jobs.drain), are never taken again.
 """
 
 from __future__ import annotations
 
 import psycopg
-from django.db import connection
-from django.db.models import Count, Max
+from django.db import connection, models
+from django.db.models import Count, Exists, Max, OuterRef
 
-from engine.models import Member, Slot
-from engine.states import MemberState, SlotMode, SlotState
+from engine.models import Member, MemberDrain, Slot
+from engine.states import DrainState, MemberState, SlotMode, SlotState
+
+
+def _draining(member_ref: str = "pk") -> Exists:
+    return Exists(
+        MemberDrain.objects.filter(member_id=OuterRef(member_ref), state=DrainState.DRAINING)
+    )
+
+
+def takers() -> models.QuerySet:
+    """Members that may be given new task groups: ALIVE and not being drained."""
+    return Member.objects.alive().exclude(_draining())
 
 
 def create_fixed_slots(conn: psycopg.Connection, member_id: int, count: int) -> None:
@@ -28,18 +40,21 @@ def create_fixed_slots(conn: psycopg.Connection, member_id: int, count: int) -> 
 
 
 def _lock_free(count: int) -> list[tuple[int, int]]:
-    """Lock up to ``count`` free slots of ALIVE members: [(slot id, member id)]."""
+    """Lock up to ``count`` free slots of ALIVE members not being drained: [(slot id, member
+    id)]."""
     with connection.cursor() as cur:
         cur.execute(
             """
             SELECT s.id, s.member_id
               FROM engine_slot s JOIN engine_member m ON m.id = s.member_id
              WHERE m.state = %s AND s.state = %s
+               AND NOT EXISTS (SELECT 1 FROM engine_memberdrain d
+                                WHERE d.member_id = m.id AND d.state = %s)
              ORDER BY s.sequence, s.member_id
              LIMIT %s
                FOR NO KEY UPDATE OF s SKIP LOCKED
             """,
-            [MemberState.ALIVE, SlotState.FREE, count],
+            [MemberState.ALIVE, SlotState.FREE, DrainState.DRAINING, count],
         )
         return [(row[0], row[1]) for row in cur.fetchall()]
 
@@ -51,10 +66,7 @@ def _create_dynamic(count: int) -> list[tuple[int, int]]:
     0 means unbounded. Members are locked (in id order) so concurrent calls cannot overshoot.
     """
     members = list(
-        Member.objects.select_for_update(no_key=True)
-        .alive()
-        .filter(slot_mode=SlotMode.DYNAMIC)
-        .order_by("id")
+        takers().select_for_update(no_key=True).filter(slot_mode=SlotMode.DYNAMIC).order_by("id")
     )
     if not members or count <= 0:
         return []
@@ -110,7 +122,7 @@ def capacity() -> int | None:
     """How many slots the ALIVE members could ever give at once (None: unbounded, a dynamic
     member without a limit). A job needing more can never be scheduled as the cluster is."""
     total = 0
-    for mode, count in Member.objects.alive().values_list("slot_mode", "slot_count"):
+    for mode, count in takers().values_list("slot_mode", "slot_count"):
         if mode == SlotMode.DYNAMIC and count <= 0:
             return None
         total += count
@@ -118,5 +130,9 @@ def capacity() -> int | None:
 
 
 def free_count() -> int:
-    """FREE slots of ALIVE members now (dynamic members' room not counted)."""
-    return Slot.objects.filter(state=SlotState.FREE, member__state=MemberState.ALIVE).count()
+    """FREE slots of ALIVE members not being drained, now (dynamic members' room not counted)."""
+    return (
+        Slot.objects.filter(state=SlotState.FREE, member__state=MemberState.ALIVE)
+        .exclude(_draining("member_id"))
+        .count()
+    )

@@ -36,10 +36,16 @@ contained failure left behind (``reconcile``); the API and the dashboard read th
 ``reading``; ``events`` builds the ``dirty.*`` events and ``tracking`` holds what they share.
 """
 
+from engine.dirty.acknowledge import AcknowledgementRefused, acknowledge
 from engine.dirty.attempts import on_restore_deploying, on_restore_obsolete, on_restore_prepared
 from engine.dirty.episodes import after_settle, expire_stale_episodes
 from engine.dirty.history import history_failed, history_part, pending_history
-from engine.dirty.member_loss import NOT_AFFECTED, MemberLossEvents, on_member_lost
+from engine.dirty.member_loss import (
+    NOT_AFFECTED,
+    MemberLossEvents,
+    on_member_lost,
+    on_planned_move,
+)
 from engine.dirty.reading import (
     Sequences,
     annotate,
@@ -56,8 +62,10 @@ from engine.dirty.tracking import SCHEMA_VERSION, init_state
 __all__ = [
     "NOT_AFFECTED",
     "SCHEMA_VERSION",
+    "AcknowledgementRefused",
     "MemberLossEvents",
     "Sequences",
+    "acknowledge",
     "after_settle",
     "annotate",
     "dirty_filter",
@@ -71,6 +79,7 @@ __all__ = [
     "list_summary",
     "older_members",
     "on_member_lost",
+    "on_planned_move",
     "on_restore_deploying",
     "on_restore_obsolete",
     "on_restore_prepared",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models.functions import Now
 
+from engine import counters
 from engine.dirty import events as dirty_events
 from engine.dirty.member_loss import merge_incidents
 from engine.dirty.tracking import (
@@ -136,18 +137,27 @@ def confirm(state: DirtyJobState, attempt: RecoveryAttempt, epoch: int | None) -
         state=AttemptState.CONFIRMED, ended_at=Now()
     )
     episode = RecoveryEpisode.objects.select_for_update(no_key=True).get(id=attempt.episode_id)
-    counted = attempt.prepare_sequence > episode.generation
+    generation = max(episode.generation, attempt.prepare_sequence)
+    # An episode of planned leaves alone counts nothing; once an UNCLASSIFIED incident joined
+    # it, every generation it has not counted yet counts (the seed's phase-2 rule).
+    planned = episode.classification == LeaveClassification.PLANNED_VERIFIED
+    delta = 0 if planned else generation - episode.counted_generation
+    counted = delta > 0
     events: list[EngineEvent] = []
     fields: dict = {"updated_at": Now()}
+    RecoveryEpisode.objects.filter(id=episode.id).update(
+        generation=generation,
+        counted_generation=episode.counted_generation + delta,
+        last_activity_at=Now(),
+    )
     if counted:
-        RecoveryEpisode.objects.filter(id=episode.id).update(
-            generation=attempt.prepare_sequence, last_activity_at=Now()
-        )
-        state.recovery_attempt_count += attempt.prepare_sequence - episode.generation
+        counters.bump([(counters.RECOVERY_ATTEMPTS, "", delta)])
+        state.recovery_attempt_count += delta
         fields.update(recovery_attempt_count=state.recovery_attempt_count, last_counted_at=Now())
         if not state.dirty and state.recovery_attempt_count >= state.threshold:
             state.dirty = True
             fields.update(dirty=True, first_dirty_at=Now())
+            counters.bump([(counters.DIRTY_TRANSITIONS, "", 1)])
             events.append(
                 dirty_events.marked(
                     state.job_id,
@@ -157,8 +167,6 @@ def confirm(state: DirtyJobState, attempt: RecoveryAttempt, epoch: int | None) -
                     attempt.attempt_id,
                 )
             )
-    else:
-        RecoveryEpisode.objects.filter(id=episode.id).update(last_activity_at=Now())
     DirtyJobState.objects.filter(job_id=state.job_id).update(**fields)
     events.insert(
         0,
@@ -167,7 +175,7 @@ def confirm(state: DirtyJobState, attempt: RecoveryAttempt, epoch: int | None) -
             epoch,
             attempt.attempt_id,
             episode.id,
-            max(episode.generation, attempt.prepare_sequence),
+            generation,
             counted,
             state.recovery_attempt_count,
         ),

@@ -6,8 +6,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -19,6 +18,7 @@ from engine.models import (
     DirtyJobState,
     EngineEvent,
     Job,
+    MemberLossIncident,
     Pipeline,
     RecoveryAttempt,
     RecoveryEpisode,
@@ -29,7 +29,6 @@ from engine.states import (
     AttemptState,
     EpisodeStatus,
     ExecutionStatus,
-    JobStatus,
 )
 
 log = logging.getLogger("keel.dirty")
@@ -94,8 +93,12 @@ def end_episode(
 
 
 def _prune(job_id: int) -> None:
-    """Keep the ``event-history-size`` most recent episodes of the job (incidents stay: they
-    are the idempotency keys, one small row per member lost)."""
+    """Keep the ``event-history-size`` most recent ended episodes of the job, with their
+    incidents and attempts: a job's tracking state stays bounded however long it runs.
+
+    An incident is the idempotency key of a member's loss for the job; dropping an old one is
+    safe, because a loss is only registered for a job that has a live task group on that
+    member, and an ended episode's lost members hold none of this job's any more."""
     keep = options().history_size
     old = list(
         RecoveryEpisode.objects.filter(job_id=job_id)
@@ -104,29 +107,59 @@ def _prune(job_id: int) -> None:
         .values_list("id", flat=True)[keep:]
     )
     if old:
+        MemberLossIncident.objects.filter(job_id=job_id, episode_id__in=old).delete()
         RecoveryEpisode.objects.filter(id__in=old).delete()
 
 
-def expire_stale_episodes(epoch: int) -> bool:
-    """Active-master housekeeping: abort episodes idle for ``pending-incident-ttl`` that have no
-    prepared restore still able to deploy (stale incidents that never reach deployment)."""
+#: ACTIVE episodes holding an incident older than the cutoff that has not reached deployment:
+#: no attempt of the episode was confirmed at or after it, or a restore of the episode still
+#: waits (PREPARED: for slots, say). Its lifetime is over. An episode with no incident at all
+#: (bound by restore preparation) ages from its start.
+_STALE = """
+SELECT e.id, e.job_id
+  FROM engine_recoveryepisode e
+ WHERE e.status = %(active)s
+   AND (%(only)s::bigint IS NULL OR e.id = %(only)s::bigint)
+   AND (EXISTS (SELECT 1 FROM engine_memberlossincident i
+                 WHERE i.episode_id = e.id AND i.at < %(cutoff)s
+                   AND (NOT EXISTS (SELECT 1 FROM engine_recoveryattempt a
+                                     WHERE a.episode_id = e.id AND a.state = %(confirmed)s
+                                       AND a.ended_at >= i.at)
+                        OR EXISTS (SELECT 1 FROM engine_recoveryattempt a
+                                    WHERE a.episode_id = e.id AND a.state = %(prepared)s)))
+        OR (e.started_at < %(cutoff)s
+            AND NOT EXISTS (SELECT 1 FROM engine_memberlossincident i WHERE i.episode_id = e.id)
+            AND NOT EXISTS (SELECT 1 FROM engine_recoveryattempt a
+                             WHERE a.episode_id = e.id AND a.state = %(confirmed)s)))
+ ORDER BY e.id
+ LIMIT 100
+"""
 
+
+def _stale(cutoff, only: int | None = None) -> list[tuple[int, int]]:
+    with connection.cursor() as cur:
+        cur.execute(
+            _STALE,
+            {
+                "active": EpisodeStatus.ACTIVE,
+                "confirmed": AttemptState.CONFIRMED,
+                "prepared": AttemptState.PREPARED,
+                "cutoff": cutoff,
+                "only": only,
+            },
+        )
+        return [(row[0], row[1]) for row in cur.fetchall()]
+
+
+def expire_stale_episodes(epoch: int) -> bool:
+    """Active-master housekeeping: abort episodes with an incident that has not reached a
+    deployment within ``pending-incident-ttl`` of the incident itself, whatever else happened
+    in the episode since, and also while its restore still waits (for slots, say): the seed's
+    bound on how long an incident may stay pending. A restore that deploys after that finds its
+    attempt ended and reads the job UNKNOWN (an operator may acknowledge it)."""
     cutoff = timezone.now() - timedelta(seconds=options().pending_incident_ttl)
-    waiting = RecoveryAttempt.objects.filter(
-        episode_id=OuterRef("id"),
-        state=AttemptState.PREPARED,
-        pipeline__status=ExecutionStatus.FAILING,
-        pipeline__restore_count=F("restore_number") - 1,
-        job__status__in=[JobStatus.SCHEDULED, JobStatus.RUNNING],
-    )
-    stale = list(
-        RecoveryEpisode.objects.filter(status=EpisodeStatus.ACTIVE, last_activity_at__lt=cutoff)
-        .exclude(Exists(waiting))
-        .order_by("last_activity_at", "id")
-        .values_list("id", "job_id")[:100]
-    )
     did = False
-    for episode_id, job_id in stale:
+    for episode_id, job_id in _stale(cutoff):
         try:
             did = _expire(epoch, episode_id, job_id, cutoff) or did
         except StaleEpoch:
@@ -137,19 +170,15 @@ def expire_stale_episodes(epoch: int) -> bool:
 
 
 def _expire(epoch: int, episode_id: int, job_id: int, cutoff) -> bool:
-
     with fenced(epoch):
         job = Job.objects.select_for_update(no_key=True).filter(id=job_id).first()
         state = lock_state(job_id)
-        # Re-checked under the locks: a loss or a deployment may have renewed it meanwhile.
-        episode = RecoveryEpisode.objects.filter(id=episode_id).first()
+        # Re-checked under the locks: a deployment may have reached the incident meanwhile.
         if (
             job is None
             or state is None
-            or episode is None
             or state.active_episode_id != episode_id
-            or episode.last_activity_at >= cutoff
-            or _pending(job, episode_id)
+            or not _stale(cutoff, only=episode_id)
         ):
             return False
         append_events(
@@ -157,21 +186,9 @@ def _expire(epoch: int, episode_id: int, job_id: int, cutoff) -> bool:
                 state,
                 episode_id,
                 EpisodeStatus.ABORTED,
-                "expired: no deployment within engine.dirty-task.pending-incident-ttl",
+                "expired: an incident reached no deployment within "
+                "engine.dirty-task.pending-incident-ttl",
                 epoch,
             )
         )
         return True
-
-
-def _pending(job: Job, episode_id: int) -> bool:
-    """A PREPARED attempt whose pipeline still waits for exactly that restore."""
-    if job.status not in (JobStatus.SCHEDULED, JobStatus.RUNNING):
-        return False
-    for attempt in RecoveryAttempt.objects.filter(
-        episode_id=episode_id, state=AttemptState.PREPARED
-    ).select_related("pipeline"):
-        p = attempt.pipeline
-        if p.status == ExecutionStatus.FAILING and p.restore_count == attempt.restore_number - 1:
-            return True
-    return False

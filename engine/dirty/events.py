@@ -149,3 +149,15 @@ def snapshot(job_id: int, epoch: int | None, summary: dict | None) -> EngineEven
         epoch,
         {k: summary.get(k) for k in ("dirty", "evaluationStatus", "recoveryAttemptCount")},
     )
+
+
+def acknowledged(
+    job_id: int, *, by: str, reason: str, previous_reason: str | None, evaluation: str
+) -> EngineEvent:
+    """An operator acknowledged the job's UNKNOWN evaluation after checking it."""
+    return _event(
+        "acknowledged",
+        job_id,
+        None,
+        {"by": by, "reason": reason, "previousReason": previous_reason, "evaluation": evaluation},
+    )

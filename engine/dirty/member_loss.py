@@ -9,12 +9,23 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 
 from engine.dirty import events as dirty_events
-from engine.dirty.tracking import classify_leave, record_gap, tracker_failed
+from engine.dirty.tracking import (
+    classify_leave,
+    contained,
+    lock_state,
+    record_gap,
+    tracker_failed,
+)
 from engine.models import (
     EngineEvent,
     Member,
 )
-from engine.states import EXECUTION_DEPLOYED, EpisodeStatus, ExecutionStatus, LeaveClassification
+from engine.states import (
+    EXECUTION_DEPLOYED,
+    EpisodeStatus,
+    ExecutionStatus,
+    LeaveClassification,
+)
 
 log = logging.getLogger("keel.dirty")
 
@@ -153,7 +164,9 @@ class MemberLossEvents:
             EngineEvent.objects.bulk_create(self.failures)
 
 
-def on_member_lost(member: Member, sequence: int, epoch: int | None) -> MemberLossEvents:
+def on_member_lost(
+    member: Member, sequence: int, epoch: int | None, classification: str | None = None
+) -> MemberLossEvents:
     """Handle member event ``sequence`` (``member`` was REMOVED or LEFT) for every enabled job.
 
     Runs inside the transaction that ended the membership and bumped the sequence, before the
@@ -162,7 +175,7 @@ def on_member_lost(member: Member, sequence: int, epoch: int | None) -> MemberLo
     itself UNKNOWN (a gap freezes its watermark). Never raises; the caller appends the returned
     events after its own.
     """
-    classification = classify_leave(member)
+    classification = classification or classify_leave(member)
     out = MemberLossEvents(member, sequence, epoch, classification, [], [])
     try:
         with transaction.atomic():
@@ -267,3 +280,20 @@ def merge_incidents(
         )
         for job_id, episode_id, opened in bound
     ]
+
+
+def on_planned_move(job, member: Member, epoch: int | None) -> list[EngineEvent]:
+    """The active master is moving the job's task groups off ``member`` because an operator
+    drained it (job row locked by the caller): register the loss as PLANNED_VERIFIED before the
+    task groups fail, so the restore binds to an episode that counts only if an UNCLASSIFIED
+    incident joins it. Never raises: a failure leaves the loss to restore preparation, which
+    registers it UNCLASSIFIED (counted: the safe side)."""
+    if job.dirty_threshold <= 0:
+        return []
+    try:
+        with transaction.atomic():
+            if lock_state(job.id) is None:
+                return []
+            return merge_incidents(member, epoch, LeaveClassification.PLANNED_VERIFIED, job.id)
+    except Exception as exc:
+        return contained(job, epoch, "planned-leave incident", exc, repairable=False)

@@ -137,6 +137,13 @@ def summary(job: Job, state: DirtyJobState | None, sequences: Sequences) -> dict
         "lastCountedTime": _millis(state.last_counted_at),
         "firstDirtyTime": _millis(state.first_dirty_at),
         "incompleteReason": reason or None,
+        "acknowledged": {
+            "by": state.acknowledged_by,
+            "at": state.acknowledged_at.isoformat(),
+            "reason": state.acknowledged_reason,
+        }
+        if state.acknowledged_at
+        else None,
     }
 
 

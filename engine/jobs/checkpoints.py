@@ -24,6 +24,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Max, Q
 from django.db.models.functions import Now
 
+from engine import counters
 from engine import events as builders
 from engine.events import append_events
 from engine.fencing import fenced
@@ -264,6 +265,10 @@ def _end(epoch: int, checkpoint: Checkpoint, state: str, reason: str = "") -> st
         )
         if changed != 1:
             return None
+        completed = state == CheckpointState.COMPLETED
+        counters.checkpoint_ended(
+            completed, (database_now() - checkpoint.triggered_at).total_seconds()
+        )
         counter = (
             "checkpoints_completed" if state == CheckpointState.COMPLETED else "checkpoints_failed"
         )

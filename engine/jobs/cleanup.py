@@ -20,9 +20,10 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Sum
 from django.db.models.functions import Now
 
+from engine import counters
 from engine.models import (
     Checkpoint,
     ControlStep,
@@ -193,6 +194,13 @@ def _remove_job_state(record: JobCleanupRecord) -> str:
     if not _history_written(job.id):
         raise NotReady(f"the history record of job {job.id} is not written yet")
     groups = TaskGroup.objects.filter(job=job)
+    totals = groups.aggregate(read=Sum("source_received"), written=Sum("sink_written"))
+    counters.bump(
+        [
+            (counters.ROWS_RETIRED, "read", totals["read"] or 0),
+            (counters.ROWS_RETIRED, "written", totals["written"] or 0),
+        ]
+    )
     freed = Slot.objects.filter(
         id__in=groups.filter(slot__isnull=False).values("slot_id"), state=SlotState.ASSIGNED
     ).update(state=SlotState.FREE)

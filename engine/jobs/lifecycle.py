@@ -146,10 +146,12 @@ def finish_task_group(
     error: str = "",
     metrics: tuple[int, int, float, float, float] | None = None,
     lost_member_id: int | None = None,
+    planned: bool = False,
 ) -> bool:
     """A task group ends (FINISHED, FAILED or CANCELED): free its slot, roll up. Idempotent.
 
-    ``lost_member_id``: it failed because that member was lost (its pipeline may restore).
+    ``lost_member_id``: it failed because that member was lost (its pipeline may restore);
+    ``planned``: the master moved it off that member because an operator drained it.
     """
     with transaction.atomic():
         job = _lock_job_of(task_group_id)
@@ -167,7 +169,8 @@ def finish_task_group(
         previous, group.status = group.status, status
         group.error_msg = error[:4000]
         group.lost_member_id = lost_member_id
-        fields = ["status", "error_msg", "updated_at", "lost_member"]
+        group.planned_move = planned and lost_member_id is not None
+        fields = ["status", "error_msg", "updated_at", "lost_member", "planned_move"]
         group.updated_at = Now()
         if metrics is not None:
             (

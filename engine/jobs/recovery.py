@@ -15,7 +15,7 @@ from datetime import timedelta
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from engine import dirty
+from engine import counters, dirty
 from engine import events as builders
 from engine.cluster import slots as slot_transitions
 from engine.events import append_events
@@ -48,12 +48,19 @@ def request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[En
     key = f"restore:{pipeline.id}:{number}"
     delay = float(job.env.get("job.retry.interval.seconds", 3) or 0)
     lost = sorted({g["lost_member_id"] for g in groups if g["lost_member_id"]})
+    failed = [g for g in groups if g["status"] == ExecutionStatus.FAILED]
+    planned = bool(failed) and all(g.get("planned_move") for g in failed)
     _, created = ControlStep.objects.get_or_create(
         key=key,
         defaults={
             "kind": ControlStepKind.RESTORE_PIPELINE,
             "job": job,
-            "payload": {"pipelineId": pipeline.id, "restore": number, "lostMembers": lost},
+            "payload": {
+                "pipelineId": pipeline.id,
+                "restore": number,
+                "lostMembers": lost,
+                "planned": planned,
+            },
             "due_at": timezone.now() + timedelta(seconds=delay),
         },
     )
@@ -105,13 +112,16 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
         restored_from = _rewind_splits(pipeline, groups)
         deployments, group_events = deploy_on(groups, slots, epoch)
         previous = pipeline.error_msg
+        planned = bool(step.payload.get("planned"))
         Pipeline.objects.filter(id=pipeline.id).update(
             status=ExecutionStatus.DEPLOYING,
             restore_count=number,
+            planned_restores=pipeline.planned_restores + int(planned),
             error_msg="",
             splits_assigned=restored_from is not None,
         )
         _done(step, f"restored on {len(groups)} slots")
+        counters.bump([(counters.RESTORES, "planned" if planned else "member_loss", 1)])
         append_events(
             [
                 builders.pipeline_restore(

@@ -69,14 +69,17 @@ def _job_target(current: str, pipelines: list[Pipeline], restoring: set[int]) ->
 
 def _restorable(job: Job, pipeline: Pipeline, groups: list[dict]) -> bool:
     """Zeta's rule: a pipeline that failed only because members were lost restores, while its
-    restore count is below ``job.retry.times`` and the job itself is not stopping."""
+    restore count is below ``job.retry.times`` and the job itself is not stopping. Restores
+    that moved it off a drained member do not count, and a planned move always restores."""
     failed = [g for g in groups if g["status"] == ExecutionStatus.FAILED]
-    return (
-        bool(failed)
-        and all(g["lost_member_id"] for g in failed)
-        and job.status in (JobStatus.SCHEDULED, JobStatus.RUNNING)
-        and pipeline.restore_count < int(job.env.get("job.retry.times", 3))
-    )
+    if not failed or not all(g["lost_member_id"] for g in failed):
+        return False
+    if job.status not in (JobStatus.SCHEDULED, JobStatus.RUNNING):
+        return False
+    if all(g["planned_move"] for g in failed):
+        return True
+    used = pipeline.restore_count - pipeline.planned_restores
+    return used < int(job.env.get("job.retry.times", 3))
 
 
 def settle_job(job: Job) -> list[EngineEvent]:
@@ -99,7 +102,7 @@ def _settle(job: Job, pipelines: list[Pipeline]) -> list[EngineEvent]:
     events: list[EngineEvent] = []
     groups = list(
         TaskGroup.objects.filter(job=job).values(
-            "pipeline_id", "status", "error_msg", "lost_member_id"
+            "pipeline_id", "status", "error_msg", "lost_member_id", "planned_move"
         )
     )
     restoring: set[int] = set()

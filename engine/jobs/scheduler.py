@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from django.db.models.functions import Now
 
+from engine import counters
 from engine import events as builders
 from engine.cluster import slots as slot_transitions
 from engine.events import append_events
@@ -58,6 +59,14 @@ def deploy_on(
         )
     }
     slot_transitions.assign([s for s, _ in slots])
+    # The counts of the attempts replaced are kept in the totals (Prometheus counters never
+    # go down when a restore starts a task group's counts over).
+    counters.bump(
+        [
+            (counters.ROWS_RETIRED, "read", sum(g.source_received for g in groups)),
+            (counters.ROWS_RETIRED, "written", sum(g.sink_written for g in groups)),
+        ]
+    )
     deployments, events = [], []
     for group, (slot_id, member_id) in zip(groups, slots, strict=True):
         previous = group.status
@@ -66,6 +75,7 @@ def deploy_on(
         group.attempt += 1
         group.error_msg = ""
         group.lost_member_id = None
+        group.planned_move = False
         group.source_received = group.sink_written = 0
         group.rows_per_second = 0.0
         group.deployed_at = group.updated_at = Now()
@@ -93,6 +103,7 @@ def deploy_on(
             "attempt",
             "error_msg",
             "lost_member",
+            "planned_move",
             "source_received",
             "sink_written",
             "rows_per_second",

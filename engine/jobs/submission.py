@@ -6,7 +6,7 @@ Views and commands validate and call this; it appends its EngineEvent in the sam
 from __future__ import annotations
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 from engine import dirty
 from engine import events as builders
@@ -15,6 +15,7 @@ from engine.events import append_event
 from engine.jobconfig import ConfigError, check_variables
 from engine.jobs.planner import JobPlan, connects, plan_job
 from engine.jobs.scheduler import never_fits
+from engine.locks import DIRTY_VERSION_GATE
 from engine.models import Job, Member, Pipeline, TaskGroup
 from engine.protocol import CONTROL_QUEUE, DIRTY_TRACKING_SINCE, TASK_PLAN_JOB
 from engine.redaction import redact_config
@@ -78,11 +79,16 @@ def plan_in_worker(config_text: str, job_name: str | None, variables: dict[str, 
 
 
 def create_job(plan: JobPlan, config_text: str, submitted_by=None) -> Job:
-    if (plan.env.get("job.dirty-task.threshold") or 0) > 0:
-        _check_dirty_tracking_supported()
+    tracked = (plan.env.get("job.dirty-task.threshold") or 0) > 0
     _check_pending_parts_reachable(plan)
     _check_fits(plan)
     with transaction.atomic():
+        if tracked:
+            # Under the gate an older member's registration takes too: it either committed
+            # before (and is seen here) or waits for this job (and is refused).
+            with connection.cursor() as cur:
+                cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", DIRTY_VERSION_GATE)
+            _check_dirty_tracking_supported()
         job = Job.objects.create(
             name=plan.name,
             status=JobStatus.PENDING,

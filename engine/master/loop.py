@@ -101,6 +101,7 @@ class Master:
         #: The active master's steps after the reconciliation, in the order of a pass.
         self.active_steps = (
             ActiveStep(0.2, orchestration.fail_lost_task_groups),
+            ActiveStep(0.2, orchestration.drain_members, after_reconcile=True),
             ActiveStep(0.2, control.enqueue_due_steps, after_reconcile=True),
             ActiveStep(
                 CLEANUP_SWEEP_INTERVAL,

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from engine import dirty
 from engine.fencing import fenced
-from engine.jobs import checkpoints, lifecycle, terminal
+from engine.jobs import checkpoints, drain, lifecycle, terminal
 from engine.jobs.scheduler import Deployment, schedule_next
 from engine.master import commands
 from engine.models import Checkpoint, TaskGroup
@@ -127,6 +127,15 @@ def fail_lost_task_groups(epoch: int) -> bool:
                 count += 1
     log.warning("failed %s task groups of lost members", count)
     return count > 0
+
+
+def drain_members(epoch: int) -> bool:
+    """Move drained members' task groups away and let the empty ones leave
+    (engine.jobs.drain); tell the workers to stop the attempts moved."""
+    did, moved = drain.step(epoch)
+    for target in moved:
+        commands.cancel(target)
+    return did
 
 
 def coordinate_checkpoints(epoch: int) -> bool:

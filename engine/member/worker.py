@@ -18,7 +18,13 @@ from dataclasses import dataclass
 
 from celery import current_app
 
-from engine.cluster.membership import MemberFenced, MemberSession, leave, register_member
+from engine.cluster.membership import (
+    MemberDrained,
+    MemberFenced,
+    MemberSession,
+    leave,
+    register_member,
+)
 from engine.dbsession import outage_tolerance
 from engine.member import runtime
 from engine.protocol import CONTROL_QUEUE, member_queue
@@ -59,6 +65,11 @@ class Worker:
             except Exception as exc:  # fenced, or a failure no heartbeat can outlive
                 if self.stopping.is_set():
                     return
+                if isinstance(exc, MemberDrained):
+                    log.warning("%s; this process exits", exc)
+                    logging.shutdown()
+                    sys.stderr.flush()
+                    os._exit(0)
                 if not isinstance(exc, MemberFenced):
                     log.exception("the member heartbeat failed")
                 log.error("%s; this process exits (a restarted worker joins as a new member)", exc)

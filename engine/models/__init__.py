@@ -11,9 +11,11 @@ from .dirty import (
     RecoveryAttempt,
     RecoveryEpisode,
 )
+from .drain import MemberDrain
 from .events import EngineEvent
 from .fields import OrderedJSONField
 from .jobs import ControlStep, Job, Pipeline, SplitAssignment, TaskGroup
+from .metrics import MetricTotal
 from .throughput import ThroughputSample
 
 __all__ = [
@@ -29,7 +31,9 @@ __all__ = [
     "MasterCandidate",
     "MasterLease",
     "Member",
+    "MemberDrain",
     "MemberLossIncident",
+    "MetricTotal",
     "OrderedJSONField",
     "Pipeline",
     "RecoveryAttempt",

@@ -104,6 +104,7 @@ class Member(models.Model):
     class Meta:
         ordering = ["-started_at", "-id"]
         indexes = [models.Index(fields=["state", "last_heartbeat"])]
+        permissions = [("drain_member", "Can drain members (planned leave)")]
 
     def __str__(self) -> str:
         return f"{self.name} {self.uuid} ({self.state})"

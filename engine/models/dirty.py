@@ -44,6 +44,10 @@ class DirtyJobState(models.Model):
     last_lost_address = models.CharField(max_length=255, blank=True, default="")
     last_counted_at = models.DateTimeField(null=True, blank=True)
     first_dirty_at = models.DateTimeField(null=True, blank=True)
+    #: The last operator acknowledgement of an UNKNOWN evaluation (engine.dirty.acknowledge).
+    acknowledged_by = models.CharField(max_length=150, blank=True, default="")
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_reason = models.CharField(max_length=500, blank=True, default="")
     updated_at = models.DateTimeField(db_default=Now())
 
     def __str__(self) -> str:
@@ -98,6 +102,10 @@ class RecoveryEpisode(models.Model):
     classification = models.CharField(max_length=32)
     #: The job-level generation: the highest confirmed prepare sequence of any pipeline.
     generation = models.IntegerField(default=0)
+    #: The part of ``generation`` counted in the job's recoveryAttemptCount: an episode made of
+    #: PLANNED_VERIFIED incidents alone counts nothing; once an UNCLASSIFIED incident joins it,
+    #: its next confirmation counts every generation not counted yet.
+    counted_generation = models.IntegerField(default=0, db_default=0)
     started_at = models.DateTimeField(db_default=Now())
     last_activity_at = models.DateTimeField(db_default=Now())
     ended_at = models.DateTimeField(null=True, blank=True)

@@ -50,7 +50,11 @@ class Job(models.Model):
     class Meta:
         ordering = ["-id"]
         indexes = [models.Index(fields=["status", "id"]), models.Index(fields=["finished_at"])]
-        permissions = [("submit_job", "Can submit jobs"), ("cancel_job", "Can cancel jobs")]
+        permissions = [
+            ("submit_job", "Can submit jobs"),
+            ("cancel_job", "Can cancel jobs"),
+            ("acknowledge_dirty", "Can acknowledge a job's UNKNOWN recovery tracking"),
+        ]
 
     def __str__(self) -> str:
         return f"job {self.id} {self.name} ({self.status})"
@@ -63,6 +67,9 @@ class Pipeline(models.Model):
         max_length=16, choices=ExecutionStatus.choices, default=ExecutionStatus.CREATED
     )
     restore_count = models.IntegerField(default=0)
+    #: Restores the master made to move task groups off a drained member: they do not use up
+    #: ``job.retry.times`` (a planned leave must not cost a job its retries).
+    planned_restores = models.IntegerField(default=0, db_default=0)
     plan = OrderedJSONField()
     #: Set by the enumerator once every split is assigned (readers wait for it).
     splits_assigned = models.BooleanField(default=False)
@@ -128,6 +135,8 @@ class TaskGroup(models.Model):
     lost_member = models.ForeignKey(
         Member, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    #: The loss was a planned move: the master took it off a drained member (engine.cluster.drain).
+    planned_move = models.BooleanField(default=False, db_default=False)
     source_received = models.BigIntegerField(default=0)
     sink_written = models.BigIntegerField(default=0)
     rows_per_second = models.FloatField(default=0.0)

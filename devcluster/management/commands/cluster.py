@@ -1,4 +1,4 @@
-"""``manage.py cluster up|status|kill|stop|start|down`` (``./run cluster ...``)."""
+"""``manage.py cluster up|status|kill|stop|start|drain|down`` (``./run cluster ...``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
+from devcluster.drain import drain_worker
 from devcluster.localcluster import ClusterError, ClusterSpec, LocalCluster
 from engine.cli import add_slot_options
 from engine.services import require_services
@@ -37,6 +38,18 @@ class Command(BaseCommand):
         ):
             p = sub.add_parser(action, help=text)
             p.add_argument("name")
+        drain = sub.add_parser(
+            "drain",
+            help="drain a worker through the API (a planned leave): its task groups move to "
+            "other members, then it leaves the cluster",
+        )
+        drain.add_argument("name", help="the worker's process name (as in `cluster status`)")
+        drain.add_argument("--reason", default="maintenance", help="why (audited)")
+        drain.add_argument(
+            "--force", action="store_true", help="even if the others lack free slots"
+        )
+        drain.add_argument("--no-wait", action="store_true", help="return once requested")
+        drain.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS")
         sub.add_parser("down", help="stop every process of the cluster")
 
     def handle(self, *args, **opts):
@@ -60,6 +73,20 @@ class Command(BaseCommand):
                 require_services()
                 pid = cluster.start(opts["name"])
                 self.stdout.write(f"started {opts['name']} (pid {pid})")
+            elif action == "drain":
+                drained = drain_worker(
+                    cluster,
+                    opts["name"],
+                    opts["reason"],
+                    force=opts["force"],
+                    wait=not opts["no_wait"],
+                    timeout=opts["timeout"],
+                    say=self.stdout.write,
+                )
+                if drained["state"] not in ("LEFT", "DRAINING"):
+                    raise CommandError(
+                        f"drain of {opts['name']} ended {drained['state']}: {drained['endReason']}"
+                    )
             elif action == "down":
                 cluster.down()
                 self.stdout.write("cluster down")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from engine.api.serializers.drain import DrainSerializer
 from engine.api.serializers.records import integers, record
 from engine.models import Member
 from engine.states import MemberState
@@ -23,6 +24,7 @@ class MemberSerializer(serializers.ModelSerializer):
     endReason = serializers.CharField(source="end_reason")
     slotMode = serializers.CharField(source="slot_mode")
     protocolVersion = serializers.IntegerField(source="protocol_version")
+    drain = serializers.SerializerMethodField(help_text="The member's latest drain, if any.")
 
     class Meta:
         model = Member
@@ -39,7 +41,13 @@ class MemberSerializer(serializers.ModelSerializer):
             "endReason",
             "protocolVersion",
             "pid",
+            "drain",
         ]
+
+    @extend_schema_field(DrainSerializer(allow_null=True))
+    def get_drain(self, member: Member) -> dict | None:
+        drains = member.drains.all()  # prefetched newest first (engine.queries.members)
+        return DrainSerializer(drains[0]).data if drains else None
 
     @extend_schema_field(SlotCountsSerializer)
     def get_slots(self, member: Member) -> dict:

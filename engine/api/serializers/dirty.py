@@ -15,29 +15,6 @@ class DirtyTaskListSerializer(serializers.Serializer):
     recoveryAttemptCount = serializers.IntegerField(required=False)
 
 
-class DirtyTaskSerializer(DirtyTaskListSerializer):
-    """The dirty-job (recovery-degraded) summary of a running or finished job (engine.dirty);
-    a disabled job has only ``dirty`` and ``evaluationStatus``."""
-
-    trackingComplete = serializers.BooleanField(required=False)
-    threshold = serializers.IntegerField(required=False)
-    recoveryEpisodeCount = serializers.IntegerField(required=False)
-    memberLossIncidentCount = serializers.IntegerField(required=False)
-    activeEpisodeId = serializers.IntegerField(required=False, allow_null=True)
-    lastLeaveClassification = serializers.CharField(required=False, allow_null=True)
-    lastLostMemberUuid = serializers.UUIDField(required=False, allow_null=True)
-    lastLostAddress = serializers.CharField(required=False, allow_null=True)
-    lastCountedTime = serializers.IntegerField(
-        required=False, allow_null=True, help_text="epoch milliseconds"
-    )
-    firstDirtyTime = serializers.IntegerField(
-        required=False, allow_null=True, help_text="epoch milliseconds"
-    )
-    incompleteReason = serializers.CharField(
-        required=False, allow_null=True, help_text="why the evaluation is UNKNOWN"
-    )
-
-
 class EpisodeIncidentSerializer(serializers.Serializer):
     lostMemberUuid = serializers.UUIDField()
     lostAddress = serializers.CharField()
@@ -63,3 +40,44 @@ class EpisodeSerializer(serializers.Serializer):
     endReason = serializers.CharField(allow_null=True)
     incidents = EpisodeIncidentSerializer(many=True)
     attempts = EpisodeAttemptSerializer(many=True)
+
+
+class DirtyAcknowledgementSerializer(serializers.Serializer):
+    by = serializers.CharField()
+    at = serializers.DateTimeField()
+    reason = serializers.CharField()
+
+
+class DirtyTaskSerializer(DirtyTaskListSerializer):
+    """The dirty-job (recovery-degraded) summary of a running or finished job (engine.dirty);
+    a disabled job has only ``dirty`` and ``evaluationStatus``."""
+
+    trackingComplete = serializers.BooleanField(required=False)
+    threshold = serializers.IntegerField(required=False)
+    recoveryEpisodeCount = serializers.IntegerField(required=False)
+    memberLossIncidentCount = serializers.IntegerField(required=False)
+    activeEpisodeId = serializers.IntegerField(required=False, allow_null=True)
+    lastLeaveClassification = serializers.CharField(required=False, allow_null=True)
+    lastLostMemberUuid = serializers.UUIDField(required=False, allow_null=True)
+    lastLostAddress = serializers.CharField(required=False, allow_null=True)
+    lastCountedTime = serializers.IntegerField(
+        required=False, allow_null=True, help_text="epoch milliseconds"
+    )
+    firstDirtyTime = serializers.IntegerField(
+        required=False, allow_null=True, help_text="epoch milliseconds"
+    )
+    incompleteReason = serializers.CharField(
+        required=False, allow_null=True, help_text="why the evaluation is UNKNOWN"
+    )
+    recentEpisodes = EpisodeSerializer(
+        many=True,
+        required=False,
+        help_text="newest first, at most engine.dirty-task.event-history-size (job detail only)",
+    )
+    acknowledged = DirtyAcknowledgementSerializer(
+        required=False, allow_null=True, help_text="the last operator acknowledgement"
+    )
+
+
+class DirtyAckRequestSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=500, help_text="What was checked (audited).")

@@ -143,7 +143,12 @@ class JobDetailSerializer(JobSummarySerializer):
 
     @extend_schema_field(DirtyTaskSerializer)
     def get_dirtyTask(self, job: Job) -> dict:
-        return dirty_tracking.job_summary(job)
+        """The summary, with the recent episodes in detail (never in lists: the seed's REST
+        contract, bounded by engine.dirty-task.event-history-size)."""
+        summary = dirty_tracking.job_summary(job)
+        if summary["evaluationStatus"] == "DISABLED":
+            return summary
+        return {**summary, "recentEpisodes": dirty_tracking.job_episodes(job)}
 
     def _ended(self, job: Job) -> dict | None:
         """An ended job reads from its history (the same before and after its running state

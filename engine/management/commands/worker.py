@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from engine.cli import add_slot_options
+from engine.cluster.membership import MemberRefused
 from engine.management.engine_process import start_engine_process
 from engine.member.worker import Worker, WorkerOptions
 
@@ -31,4 +32,7 @@ class Command(BaseCommand):
         if not opts["name"] or any(c.isspace() or c in "@/" for c in opts["name"]):
             raise CommandError("--name must be a non-empty name without spaces, '@' or '/'")
         worker = Worker(start_engine_process(WorkerOptions, opts))
-        sys.exit(worker.run())
+        try:
+            sys.exit(worker.run())
+        except MemberRefused as exc:
+            raise CommandError(f"cannot join the cluster: {exc}") from None

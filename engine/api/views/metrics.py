@@ -1,0 +1,54 @@
+"""``GET /metrics``: the Prometheus exposition (engine.metrics), for a scraper.
+
+Who may scrape (``engine.metrics.*``): a caller from a loopback address while
+``metrics.loopback`` is on (the default outside production; behind a reverse proxy every
+caller looks local, so turn it off there), ``Authorization: Bearer <KEEL_METRICS_TOKEN>`` when
+that is set, or any API token or session of a user with the viewer role.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+from rest_framework.authtoken.models import Token
+
+from engine.metrics import CONTENT_TYPE, exposition
+from engine.roles import VIEW_JOB
+
+
+def _loopback(request: HttpRequest) -> bool:
+    try:
+        return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
+    except ValueError:
+        return False
+
+
+def _allowed(request: HttpRequest) -> bool:
+    options = settings.ENGINE
+    if options["metrics.loopback"] and _loopback(request):
+        return True
+    scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
+    secret = options["metrics.token"]
+    if scheme == "Bearer" and secret and hmac.compare_digest(credential.encode(), secret.encode()):
+        return True
+    if scheme == "Token" and credential:
+        token = Token.objects.select_related("user").filter(key=credential).first()
+        return bool(token and token.user.is_active and token.user.has_perm(VIEW_JOB))
+    user = getattr(request, "user", None)
+    return bool(user and user.is_authenticated and user.has_perm(VIEW_JOB))
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    if not _allowed(request):
+        return HttpResponse(
+            "metrics need a scrape token, a viewer's API token, or a loopback caller\n",
+            status=401,
+            content_type="text/plain; charset=utf-8",
+            headers={"WWW-Authenticate": 'Bearer realm="keel-metrics"'},
+        )
+    return HttpResponse(exposition(), content_type=CONTENT_TYPE)

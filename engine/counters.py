@@ -1,0 +1,58 @@
+"""Raising the engine's monotonic totals (MetricTotal), inside the transaction of what they
+count: a rolled-back change counts nothing, a committed one exactly once.
+
+One statement per call whatever the number of totals, rows taken in one order (name, label) so
+two transactions never deadlock on them, on a shard picked per process so concurrent writers
+(the cleanup pool, say) do not queue on one row.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from django.db import connection
+
+#: Names of the totals (Prometheus names are built from them by engine.metrics).
+CHECKPOINTS = "checkpoints"  # label: completed | failed
+CHECKPOINT_SECONDS = "checkpoint_seconds"  # label: the bucket's upper bound; "sum"
+RESTORES = "restores"  # label: member_loss | planned
+RECOVERY_ATTEMPTS = "recovery_attempts"
+DIRTY_TRANSITIONS = "dirty_transitions"
+ROWS_RETIRED = "rows_retired"  # label: read | written
+
+#: Upper bounds of the checkpoint-duration histogram's buckets, in seconds.
+CHECKPOINT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+SHARDS = 8
+
+
+def bump(items: Iterable[tuple[str, str, float]]) -> None:
+    """Add each ``(name, label, amount)`` to its total (zero amounts are skipped)."""
+    rows = sorted((name, label, float(amount)) for name, label, amount in items if amount)
+    if not rows:
+        return
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            INSERT INTO engine_metrictotal (name, label, shard, value)
+            SELECT n, l, %s, v
+              FROM unnest(%s::text[], %s::text[], %s::float8[]) AS t(n, l, v)
+             ORDER BY n, l
+            ON CONFLICT (name, label, shard)
+            DO UPDATE SET value = engine_metrictotal.value + EXCLUDED.value
+            """,
+            [
+                os.getpid() % SHARDS,
+                [r[0] for r in rows],
+                [r[1] for r in rows],
+                [r[2] for r in rows],
+            ],
+        )
+
+
+def checkpoint_ended(completed: bool, seconds: float | None) -> None:
+    items = [(CHECKPOINTS, "completed" if completed else "failed", 1)]
+    if completed and seconds is not None:
+        bucket = next((str(b) for b in CHECKPOINT_BUCKETS if seconds <= b), "+Inf")
+        items += [(CHECKPOINT_SECONDS, bucket, 1), (CHECKPOINT_SECONDS, "sum", max(seconds, 0))]
+    bump(items)

@@ -1,0 +1,245 @@
+"""The Prometheus exposition (``GET /metrics``): read from PostgreSQL at each scrape, so every
+web process answers the same and a scrape sees the cluster, not one process.
+
+Gauges are counted from the live rows; counters are monotonic by construction: the member-event
+sequence and the master epoch only rise, and the rest are MetricTotal rows raised in the
+transaction of what they count (engine.counters), plus, for rows read and written, the live
+task groups' counts (an attempt's counts move into the totals when it is replaced or cleaned
+up). Labels are bounded: states and kinds, and job ids only for running jobs that track their
+recovery (as many as the slots allow).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from django.db import connection
+from django.db.models import Count, Sum
+from django.utils import timezone
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from engine import counters, dirty
+from engine.models import (
+    ClusterState,
+    Job,
+    JobCleanupRecord,
+    MasterLease,
+    Member,
+    MemberDrain,
+    MetricTotal,
+    Slot,
+    TaskGroup,
+)
+from engine.states import (
+    JOB_TERMINAL,
+    CleanupKind,
+    CleanupState,
+    DirtyEvaluation,
+    DrainState,
+    ExecutionStatus,
+    JobStatus,
+    MemberState,
+    SlotState,
+)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _totals() -> dict[tuple[str, str], float]:
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for name, label, value in (
+        MetricTotal.objects.values("name", "label")
+        .annotate(v=Sum("value"))
+        .values_list("name", "label", "v")
+    ):
+        out[(name, label)] = value or 0.0
+    return out
+
+
+def _by(queryset, field: str, values) -> dict[str, int]:
+    counts = dict.fromkeys(values, 0)
+    for key, n in queryset.order_by().values_list(field).annotate(n=Count("pk")):
+        counts[key] = n
+    return counts
+
+
+def _family(kind, name: str, doc: str, label: str, values: dict[str, float]):
+    """A family with one label, a sample per value (every known value, zeros included)."""
+    family = kind(name, doc, labels=[label])
+    for key, value in values.items():
+        family.add_metric([key], value)
+    return family
+
+
+class EngineCollector:
+    """Every family of the exposition, read in one transaction (a consistent snapshot)."""
+
+    def collect(self):
+        from django.db import transaction
+
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            families = list(self._families())
+        yield from families
+
+    def _families(self):
+        totals = _totals()
+        yield _family(
+            GaugeMetricFamily,
+            "keel_jobs",
+            "Jobs by status.",
+            "status",
+            _by(Job.objects.all(), "status", JobStatus.values),
+        )
+
+        evaluations = _by(
+            dirty.annotate(Job.objects.filter(dirty_threshold__gt=0)),
+            "dirty_evaluation",
+            [e for e in DirtyEvaluation.values if e != DirtyEvaluation.DISABLED],
+        )
+        yield _family(
+            GaugeMetricFamily,
+            "keel_dirty_jobs",
+            "Jobs that track their recovery, by evaluation status (finished ones included).",
+            "evaluation",
+            evaluations,
+        )
+
+        running = GaugeMetricFamily(
+            "keel_job_evaluation",
+            "1 per running job that tracks its recovery, labelled with its evaluation status.",
+            labels=["job_id", "evaluation"],
+        )
+        for job_id, evaluation in (
+            dirty.annotate(
+                Job.objects.filter(dirty_threshold__gt=0).exclude(status__in=JOB_TERMINAL)
+            )
+            .order_by("id")
+            .values_list("id", "dirty_evaluation")
+        ):
+            running.add_metric([str(job_id), evaluation], 1)
+        yield running
+
+        yield GaugeMetricFamily(
+            "keel_task_groups_running",
+            "Task groups RUNNING on a member.",
+            value=TaskGroup.objects.filter(status=ExecutionStatus.RUNNING).count(),
+        )
+        slots = Slot.objects.filter(member__state=MemberState.ALIVE)
+        yield GaugeMetricFamily("keel_slots", "Slots of ALIVE members.", value=slots.count())
+        yield GaugeMetricFamily(
+            "keel_slots_assigned",
+            "Slots of ALIVE members holding a task group.",
+            value=slots.filter(state=SlotState.ASSIGNED).count(),
+        )
+        yield _family(
+            GaugeMetricFamily,
+            "keel_members",
+            "Members by state.",
+            "state",
+            _by(Member.objects.all(), "state", MemberState.values),
+        )
+        yield _family(
+            GaugeMetricFamily,
+            "keel_drains",
+            "Member drains by state.",
+            "state",
+            _by(MemberDrain.objects.all(), "state", DrainState.values),
+        )
+
+        cluster = ClusterState.objects.filter(id=1).first()
+        yield CounterMetricFamily(
+            "keel_member_events",
+            "Member events (a member REMOVED or LEFT): the cluster's member-event sequence.",
+            value=cluster.member_event_sequence if cluster else 0,
+        )
+        lease = MasterLease.objects.filter(id=1).first()
+        epoch = lease.epoch if lease else 0
+        yield GaugeMetricFamily(
+            "keel_master_epoch", "The fencing epoch of the active master.", epoch
+        )
+        yield CounterMetricFamily(
+            "keel_master_elections", "Master elections (each raises the epoch by one).", epoch
+        )
+        yield GaugeMetricFamily(
+            "keel_master_active",
+            "1 while a master holds an unexpired lease.",
+            value=int(bool(lease and lease.expires_at and lease.expires_at > timezone.now())),
+        )
+
+        yield _family(
+            CounterMetricFamily,
+            "keel_checkpoints",
+            "Checkpoints ended, by result.",
+            "result",
+            {r: totals[(counters.CHECKPOINTS, r)] for r in ("completed", "failed")},
+        )
+        buckets, running_count = [], 0.0
+        for bound in counters.CHECKPOINT_BUCKETS:
+            running_count += totals[(counters.CHECKPOINT_SECONDS, str(bound))]
+            buckets.append((str(bound), running_count))
+        running_count += totals[(counters.CHECKPOINT_SECONDS, "+Inf")]
+        buckets.append(("+Inf", running_count))
+        yield HistogramMetricFamily(
+            "keel_checkpoint_duration_seconds",
+            "From trigger to completion, of completed checkpoints.",
+            buckets=buckets,
+            sum_value=totals[(counters.CHECKPOINT_SECONDS, "sum")],
+        )
+        yield _family(
+            CounterMetricFamily,
+            "keel_restores",
+            "Pipeline restores, by cause.",
+            "cause",
+            {c: totals[(counters.RESTORES, c)] for c in ("member_loss", "planned")},
+        )
+
+        live = TaskGroup.objects.aggregate(read=Sum("source_received"), written=Sum("sink_written"))
+        yield CounterMetricFamily(
+            "keel_rows_read",
+            "Rows read by sources.",
+            value=totals[(counters.ROWS_RETIRED, "read")] + (live["read"] or 0),
+        )
+        yield CounterMetricFamily(
+            "keel_rows_written",
+            "Rows written by sinks.",
+            value=totals[(counters.ROWS_RETIRED, "written")] + (live["written"] or 0),
+        )
+        yield CounterMetricFamily(
+            "keel_dirty_transitions",
+            "Jobs that turned DIRTY.",
+            value=totals[(counters.DIRTY_TRANSITIONS, "")],
+        )
+        yield CounterMetricFamily(
+            "keel_recovery_attempts",
+            "Recovery attempts counted toward job.dirty-task.threshold (member loss).",
+            value=totals[(counters.RECOVERY_ATTEMPTS, "")],
+        )
+
+        records = GaugeMetricFamily(
+            "keel_cleanup_records", "Cleanup records by kind and state.", labels=["kind", "state"]
+        )
+        found = {
+            (kind, state): n
+            for kind, state, n in JobCleanupRecord.objects.order_by()
+            .values_list("kind", "state")
+            .annotate(n=Count("pk"))
+        }
+        for kind in CleanupKind.values:
+            for state in CleanupState.values:
+                records.add_metric([kind, state], found.get((kind, state), 0))
+        yield records
+        yield GaugeMetricFamily(
+            "keel_cleanup_records_overdue",
+            "PENDING cleanup records past their due time.",
+            value=JobCleanupRecord.objects.filter(
+                state=CleanupState.PENDING, due_at__lt=timezone.now()
+            ).count(),
+        )
+
+
+def exposition() -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(EngineCollector())
+    return generate_latest(registry)

@@ -1,0 +1,236 @@
+"""Gaps a client of the dirty-job contract would notice, each closed and shown here on real
+PostgreSQL through the engine's own steps: the pending-incident TTL counts from the incident
+(and covers an episode waiting for slots), recent episodes are in job detail, a running job's
+incidents are bounded, negative sizes are refused at startup, an operator acknowledges an
+UNKNOWN job, an older member cannot join while tracked jobs run, old masters are seen, and the
+submit check holds against a racing registration."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from engine import dirty
+from engine.cluster import membership
+from engine.jobconfig import ConfigError
+from engine.jobs.submission import submit_job
+from engine.locks import EVENT_APPEND
+from engine.models import (
+    EngineEvent,
+    Job,
+    MasterCandidate,
+    Member,
+    MemberLossIncident,
+    RecoveryAttempt,
+    RecoveryEpisode,
+)
+from engine.states import SlotMode
+from tests.conftest import role_user
+from tests.dirtykit import host_of_both_pipelines, running_job
+from tests.enginekit import TWO_PIPELINES
+from tests.test_dirty_reading import engine_config
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_pending_incident_ttl_counts_from_the_incident_even_waiting_for_slots(engine):
+    # A job filling two members of two slots: once one is lost, one pipeline restores on the
+    # slots the cancels free, and the other waits for slots.
+    hosts = [engine.add_member(slots=2) for _ in range(2)]
+    job = engine.submit(threshold=2)
+    engine.schedule()
+    engine.run_deployed()
+    engine.lose(hosts[0])
+    engine.settle()
+    assert not engine.running(job)
+    assert RecoveryAttempt.objects.filter(job=job, state="PREPARED").exists()  # waiting
+    episode = RecoveryEpisode.objects.get(job=job)
+    assert not dirty.expire_stale_episodes(engine.epoch)  # a young incident: kept
+
+    ttl = 600.0  # the default, 10m
+    MemberLossIncident.objects.filter(job=job).update(
+        at=timezone.now() - timedelta(seconds=ttl + 60)
+    )
+    # The episode itself was active just now (its restore keeps retrying): not what counts.
+    RecoveryEpisode.objects.filter(id=episode.id).update(last_activity_at=timezone.now())
+    assert dirty.expire_stale_episodes(engine.epoch)
+    episode.refresh_from_db()
+    assert episode.status == "ABORTED" and "pending-incident-ttl" in episode.end_reason
+    assert engine.summary(job)["activeEpisodeId"] is None
+
+
+def test_job_detail_carries_the_recent_episodes_and_lists_do_not(engine, api):
+    job, _ = running_job(engine, threshold=5)
+    engine.lose(host_of_both_pipelines(engine, job))
+    engine.settle()
+    detail = api.get(f"/api/v1/jobs/{job.id}").json()["dirtyTask"]
+    assert detail["recentEpisodes"] == api.get(f"/api/v1/jobs/{job.id}/episodes").json()
+    assert detail["recentEpisodes"][0]["status"] == "COMPLETED"
+    listed = next(j for j in api.get("/api/v1/jobs").json()["results"] if j["jobId"] == job.id)
+    assert "recentEpisodes" not in listed["dirtyTask"]
+
+
+def test_a_running_jobs_incidents_and_episodes_stay_within_the_history_size(engine, settings):
+    settings.ENGINE = {**settings.ENGINE, "dirty-task.event-history-size": 2}
+    job, _ = running_job(engine, members=7, threshold=50)
+    for _ in range(4):
+        engine.lose(next(m for m in engine.alive() if m.id in engine.members_of(job)))
+        engine.settle()
+        assert engine.running(job)
+    assert RecoveryEpisode.objects.filter(job=job).count() == 2
+    assert MemberLossIncident.objects.filter(job=job).count() == 2
+    summary = engine.summary(job)
+    assert summary["memberLossIncidentCount"] == 4 and summary["recoveryEpisodeCount"] == 4
+
+
+@pytest.mark.parametrize(
+    "variable", ["KEEL_DIRTY_TASK_EVENT_HISTORY_SIZE", "KEEL_RETENTION_EVENTS_COUNT"]
+)
+def test_negative_sizes_are_refused_at_startup(variable):
+    import os
+
+    env = {**os.environ, variable: "-1"}
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert f"{variable}: -1 is below the minimum" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_operator_acknowledges_an_unknown_job_and_it_reads_from_its_counts(engine, client):
+    from rest_framework.test import APIClient
+
+    from engine.dirty.tracking import record_gap
+
+    job, _ = running_job(engine, threshold=3)
+    record_gap(job.id, "tracker store timed out")
+    assert engine.summary(job)["evaluationStatus"] == "UNKNOWN"
+    url = f"/api/v1/jobs/{job.id}/dirty/ack"
+    viewer, operator = APIClient(), APIClient()
+    viewer.force_authenticate(role_user("vera", "viewer"))
+    operator.force_authenticate(role_user("otto", "operator"))
+    assert viewer.post(url, {"reason": "checked"}, format="json").status_code == 403
+    assert operator.post(url, {}, format="json").status_code == 400
+
+    response = operator.post(url, {"reason": "checked the restores by hand"}, format="json")
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["evaluationStatus"] == "CLEAN" and body["trackingComplete"] is True
+    assert body["acknowledged"]["by"] == "otto"
+    assert body["acknowledged"]["reason"] == "checked the restores by hand"
+    event = EngineEvent.objects.get(kind="dirty.acknowledged", job_id=job.id)
+    assert event.payload["previousReason"] == "tracker store timed out"
+    assert event.payload["by"] == "otto"
+    again = operator.post(url, {"reason": "again"}, format="json")
+    assert again.status_code == 409 and "reads CLEAN" in again.json()["detail"]
+
+    # A finished job's frozen summary is acknowledged the same way.
+    record_gap(job.id, "another gap")
+    engine.cancel(job)
+    assert engine.summary(job)["evaluationStatus"] == "UNKNOWN"
+    finished = operator.post(url, {"reason": "post-mortem done"}, format="json")
+    assert finished.status_code == 200 and finished.json()["evaluationStatus"] == "CLEAN"
+    assert engine.summary(job)["acknowledged"]["reason"] == "post-mortem done"
+
+
+def test_an_older_member_cannot_join_while_tracked_jobs_run(engine, caplog):
+    engine.add_member(slots=8)
+    job = engine.submit(threshold=2)
+    with pytest.raises(membership.MemberRefused, match="protocol 1 and cannot join"):
+        membership.register_member("old-1", 4, SlotMode.FIXED, protocol_version=1)
+    assert "registration refused" in caplog.text and f"jobs {job.id}" in caplog.text
+    assert not Member.objects.filter(name="old-1").exists()
+    engine.cancel(job)
+    session = membership.register_member("old-1", 4, SlotMode.FIXED, protocol_version=1)
+    session.close()
+    assert Member.objects.get(name="old-1").protocol_version == 1
+
+
+def test_an_older_master_refuses_enabling_as_an_older_member_does(engine, api):
+    engine.add_member(slots=8)
+    MasterCandidate.objects.create(
+        name="master-old", pid=1, host="h", state="STANDBY", protocol_version=1
+    )
+    response = api.post("/api/v1/jobs", {"config": engine_config(threshold=2)}, format="json")
+    assert response.status_code == 400
+    [error] = response.json()["errors"]
+    assert "master master-old runs protocol 1" in error["message"]
+    MasterCandidate.objects.filter(name="master-old").update(state="STOPPED")
+    assert (
+        api.post("/api/v1/jobs", {"config": engine_config(threshold=2)}, format="json").status_code
+        == 201
+    )
+
+
+def test_the_submit_check_holds_against_a_racing_older_registration(engine):
+    """An older member registers while a tracked job is submitted: whichever way they
+    interleave, they never both succeed. The event-append lock, held here, stalls the
+    registration after its check; the submission then runs its own check meanwhile."""
+    engine.add_member(slots=8)
+    db = connection.settings_dict
+    url = f"postgresql://{db['USER'] or 'root'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+    holder = psycopg.connect(f"{url}/{db['NAME']}", autocommit=True)
+    results: dict[str, object] = {}
+
+    def register() -> None:
+        try:
+            results["member"] = membership.register_member(
+                "old-racer", 4, SlotMode.FIXED, protocol_version=1
+            )
+        except Exception as exc:
+            results["member"] = exc
+
+    def submit() -> None:
+        try:
+            results["job"] = submit_job(TWO_PIPELINES.format(threshold=2, retries=3))
+        except Exception as exc:
+            results["job"] = exc
+        finally:
+            connection.close()
+
+    def waiting() -> int:
+        return holder.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND wait_event = 'advisory' AND datname = current_database()"
+        ).fetchone()[0]
+
+    holder.execute("SELECT pg_advisory_lock(%s, %s)", EVENT_APPEND)
+    threads = [threading.Thread(target=register)]
+    try:
+        threads[0].start()
+        deadline = time.monotonic() + 10
+        while waiting() < 1:
+            assert time.monotonic() < deadline, "the registration never reached its append"
+            time.sleep(0.01)
+        threads.append(threading.Thread(target=submit))
+        threads[1].start()
+        while waiting() < 2:
+            assert time.monotonic() < deadline, "the submission never waited"
+            time.sleep(0.01)
+    finally:
+        holder.execute("SELECT pg_advisory_unlock(%s, %s)", EVENT_APPEND)
+        for thread in threads:
+            thread.join(timeout=30)
+        holder.close()
+    member, job = results["member"], results["job"]
+    if isinstance(member, membership.MemberSession):
+        member.close()
+    both = isinstance(member, membership.MemberSession) and isinstance(job, Job)
+    assert not both, "an older member joined while a tracked job was accepted"
+    assert isinstance(job, ConfigError) and "runs protocol 1" in str(job.errors)
