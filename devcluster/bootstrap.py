@@ -3,6 +3,9 @@
 Runs without Django (it must work before the database exists):
     python -m devcluster.bootstrap createdb       create the database named by DATABASE_URL
                                                   if missing
+    python -m devcluster.bootstrap migrated       exit 0 if every migration of Keel's own apps
+                                                  is recorded there already (``migrate`` is a
+                                                  no-op then, and costs seconds)
     python -m devcluster.bootstrap embedded-env   print ``export`` lines for private
                                                   PostgreSQL/Redis under .var/ when nothing
                                                   answers at the defaults
@@ -64,6 +67,29 @@ def createdb(url: str) -> None:
                 print(f"created database {name}", file=sys.stderr)
             except psycopg.errors.DuplicateDatabase:
                 pass
+
+
+#: Keel's own apps: Django's are migrated in the same ``migrate`` run as these.
+OWN_APPS = ("engine", "history", "dashboard")
+
+
+def migrated(url: str) -> bool:
+    """Whether the database already records every migration file of Keel's own apps."""
+    import psycopg
+
+    wanted = {
+        (app, path.stem)
+        for app in OWN_APPS
+        for path in (ROOT / app / "migrations").glob("[0-9]*.py")
+    }
+    try:
+        with psycopg.connect(url, connect_timeout=3) as conn:
+            rows = conn.execute(
+                "SELECT app, name FROM django_migrations WHERE app = ANY(%s)", (list(OWN_APPS),)
+            ).fetchall()
+    except psycopg.Error:
+        return False  # no such table yet, or no database: migrate says what is wrong
+    return wanted <= set(rows)
 
 
 def _answers_postgres(url: str) -> bool:
@@ -232,6 +258,8 @@ def main(argv: list[str]) -> int:
         if argv[:1] == ["createdb"]:
             createdb(os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL))
             check_redis(os.environ.get("REDIS_URL", DEFAULT_REDIS_URL))
+        elif argv[:1] == ["migrated"]:
+            return 0 if migrated(os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL)) else 1
         elif argv[:1] == ["embedded-env"]:
             print("\n".join(embedded_env()))
         elif argv[:1] == ["stop-embedded"]:

@@ -307,10 +307,17 @@ class Cluster:
             return exc.code, json.loads(exc.read())
 
     def restore(self) -> None:
-        """Start every process of the cluster that is not running (between destructive tests)."""
-        for proc in self.status():
-            if not proc["alive"]:
-                self.start(proc["name"])
+        """Start every process of the cluster that is not running (between destructive tests),
+        all in one command so that their start-ups overlap; nothing to start costs nothing."""
+        spec = json.loads((self.var_dir / "cluster" / "cluster.json").read_text())
+        pids = self.pids()
+        dead = [
+            proc["name"]
+            for proc in spec["processes"]
+            if not (pids.get(proc["name"]) and pid_alive(pids[proc["name"]]))
+        ]
+        if dead:
+            self.run("cluster", "start", *dead)
 
 
 def pid_alive(pid: int) -> bool:

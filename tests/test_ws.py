@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 from channels.db import database_sync_to_async
@@ -23,6 +24,27 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def append(kind: str) -> int:
     with transaction.atomic():
         return append_event(EngineEvent(kind=kind)).seq
+
+
+def run(scenario):
+    """``asyncio.run`` whose shutdown is bounded: the scenario's own awaits all have timeouts,
+    but a task the Channels layer left behind (a Redis read of a closed consumer) can ignore
+    its cancellation and would hang the loop's shutdown forever. Such tasks are reported on
+    stderr and the loop is closed without them; the scenario's result and errors stand."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(scenario)
+    finally:
+        leftover = asyncio.all_tasks(loop)
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            _done, pending = loop.run_until_complete(asyncio.wait(leftover, timeout=5))
+            for task in pending:
+                print(f"test_ws: a task ignored its cancellation: {task!r}", file=sys.stderr)
+                task.print_stack(file=sys.stderr)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 async def connect(path: str, user) -> WebsocketCommunicator:
@@ -61,7 +83,7 @@ def test_stream_pushes_new_events_and_resumes_after_a_seq():
         await again.disconnect()
         return first
 
-    assert asyncio.run(scenario()) > 0
+    assert run(scenario()) > 0
 
 
 def test_stream_refuses_anonymous_clients():
@@ -70,7 +92,7 @@ def test_stream_refuses_anonymous_clients():
         connected, code = await communicator.connect()
         assert not connected and code == 4401
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_live_pages_get_fragments_pushed_and_catch_up_after_a_reconnect(engine):
@@ -129,7 +151,7 @@ def test_live_pages_get_fragments_pushed_and_catch_up_after_a_reconnect(engine):
         bad = await connect("/ws/live/?topic=secrets&after=0", user)
         assert (await bad.connect()) == (False, 4400)
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_an_idle_socket_stays_open_past_the_layers_blocking_read():
@@ -147,7 +169,7 @@ def test_an_idle_socket_stays_open_past_the_layers_blocking_read():
         assert [e["seq"] for e in await collect(communicator, 1)] == [seq]
         await communicator.disconnect()
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 async def collect_available(communicator) -> None:

@@ -34,10 +34,13 @@ class Command(BaseCommand):
         for action, text in (
             ("kill", "SIGKILL a process"),
             ("stop", "SIGTERM a process"),
-            ("start", "start a process that is not running"),
         ):
             p = sub.add_parser(action, help=text)
             p.add_argument("name")
+        start = sub.add_parser(
+            "start", help="start processes that are not running and wait until they are ready"
+        )
+        start.add_argument("name", nargs="+")
         drain = sub.add_parser(
             "drain",
             help="drain a worker through the API (a planned leave): its task groups move to "
@@ -71,8 +74,8 @@ class Command(BaseCommand):
                 self.stdout.write(f"stopped {opts['name']} (pid {pid})")
             elif action == "start":
                 require_services()
-                pid = cluster.start(opts["name"])
-                self.stdout.write(f"started {opts['name']} (pid {pid})")
+                for name, pid in cluster.start(*opts["name"]).items():
+                    self.stdout.write(f"started {name} (pid {pid})")
             elif action == "drain":
                 drained = drain_worker(
                     cluster,
