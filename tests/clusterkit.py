@@ -203,8 +203,12 @@ class Cluster:
         return self.pids()[name]
 
     def signal(self, name: str, signum: int) -> int:
+        """Send ``signum``; a SIGKILL returns once the process is gone (the kernel takes a
+        moment), so that a ``restore()`` right after it starts the process again."""
         pid = self.pid(name)
         os.kill(pid, signum)
+        if signum == signal.SIGKILL:
+            wait_for(lambda: not pid_alive(pid), 10, interval=0.01, what=f"{name} to die")
         return pid
 
     def alive(self, name: str) -> bool:
