@@ -151,6 +151,8 @@ def submit(request: HttpRequest) -> HttpResponse:
         except WorkersUnavailable as exc:
             errors = [{"path": "config", "message": str(exc)}]
         else:
+            for warning in job.warnings:
+                messages.warning(request, f"{warning['path']}: {warning['message']}")
             return redirect("job", job_id=job.id)
     lines = text.split("\n") if text else [""]
     by_line: dict[int, list[dict]] = {}

@@ -18,6 +18,16 @@ from devcluster.examples import (
 from engine.jobs.planner import plan_job
 from tests.clusterkit import ROOT, RUN, SERVER_URL, Cluster, admin_conn
 
+SEATUNNEL_STYLE = """
+env { job.mode = "BATCH", parallelism = 1, spark.app.name = "from-spark" }
+source {
+  fakesource { result_table_name = "fake", row.num = 25, schema { fields { id = bigint } } }
+}
+sink {
+  localfile { source_table_name = "fake", path = "OUT", file_format_type = "json" }
+}
+"""
+
 
 @pytest.fixture(scope="module")
 def examples_db():
@@ -69,8 +79,27 @@ def test_localfile_examples_run_on_a_cluster(db_template, tmp_path):
             )
             assert proc.returncode == 0, proc.stderr
             outputs.append(proc.stderr)
+        # A job file as SeaTunnel users write them runs unchanged, warned about, not refused.
+        conf = tmp_path / "seatunnel-style.conf"
+        conf.write_text(SEATUNNEL_STYLE.replace("OUT", str(tmp_path / "seatunnel")))
+        proc = subprocess.run(
+            [RUN, "submit", str(conf), "--wait", "--timeout", "120"],
+            cwd=ROOT,
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "warning: env.spark.app.name: ignored: an option of Spark" in proc.stderr
     finally:
         cluster.down()
+    seatunnel = [
+        json.loads(ln)
+        for p in (tmp_path / "seatunnel").glob("part-*.jsonl")
+        for ln in p.read_text().splitlines()
+    ]
+    assert sorted(r["id"] for r in seatunnel) == list(range(25))
     csv_lines = [
         ln for p in (tmp_path / "fake-csv").glob("part-*.csv") for ln in p.read_text().splitlines()
     ]

@@ -6,7 +6,7 @@ the typed config or errors whose paths name the block and key (``sink[0].Jdbc.ur
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from engine.jobconfig import PluginBlock, flatten_options, lookup
@@ -98,9 +98,36 @@ class Plugin:
         return []
 
 
+#: SeaTunnel's older names of the common options, which most of its configs still use.
+ALIASES = {"result_table_name": "plugin_output", "source_table_name": "plugin_input"}
+
+
+def _unalias(plugin: type[Plugin], block: PluginBlock) -> tuple[dict[str, Any], list[dict]]:
+    """The block's options with each alias under its Keel name (a one-name list, as SeaTunnel
+    allows for ``source_table_name``, is that name); both names with different values is an
+    error naming the alias."""
+    options = dict(block.options)
+    errors: list[dict] = []
+    known = {o.name for o in plugin.all_options()}
+    for alias, name in ALIASES.items():
+        if alias not in options or name not in known:
+            continue
+        value = options.pop(alias)
+        if isinstance(value, list) and len(value) == 1:
+            value = value[0]
+        if isinstance(value, list):
+            errors.append(_error(block, alias, "several streams are not supported: name one"))
+        elif name in options and options[name] != value:
+            errors.append(_error(block, alias, f"says {value!r} but {name} says {options[name]!r}"))
+        else:
+            options[name] = value
+    return options, errors
+
+
 def validate_block(plugin: type[Plugin], block: PluginBlock) -> tuple[dict | None, list[dict]]:
     """Validate a block's options against ``plugin``: (config, errors)."""
-    errors: list[dict] = []
+    options, errors = _unalias(plugin, block)
+    block = replace(block, options=options)
     config: dict[str, Any] = {}
     specs = plugin.all_options()
     for option in specs:

@@ -1,5 +1,6 @@
 """The plugin registry: each connector or transform module registers its class when imported
-(engine.connectors imports them all)."""
+(engine.connectors imports them all). Names match without regard to case, as SeaTunnel's do:
+``jdbc { }`` is ``Jdbc { }``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ _REGISTRY: dict[tuple[str, str], type[Plugin]] = {}
 
 
 def register(plugin: type[Plugin]) -> type[Plugin]:
-    key = (plugin.section, plugin.name)
+    key = (plugin.section, plugin.name.lower())
     if key in _REGISTRY:
         raise ValueError(f"{plugin.section} plugin {plugin.name} registered twice")
     _REGISTRY[key] = plugin
@@ -17,8 +18,8 @@ def register(plugin: type[Plugin]) -> type[Plugin]:
 
 
 def get_plugin(section: str, name: str) -> type[Plugin] | None:
-    return _REGISTRY.get((section, name))
+    return _REGISTRY.get((section, name.lower()))
 
 
 def plugin_names(section: str) -> list[str]:
-    return sorted(name for sec, name in _REGISTRY if sec == section)
+    return sorted(plugin.name for (sec, _), plugin in _REGISTRY.items() if sec == section)

@@ -7,6 +7,7 @@ one thread), each in its own slot, as Zeta does: parallelism 10 needs 11 slots.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,16 @@ ENV_OPTIONS = (
     Option("job.retry.interval.seconds", int, default=3, min=0),
     Option("job.dirty-task.threshold", int, default=-1),
 )
+#: Env options that SeaTunnel documents and that have no effect here: accepted, with a warning
+#: that says why. Options of other engines (``spark.*``, ``flink.*``) likewise.
+IGNORED_ENV_OPTIONS = {
+    "jars": "Keel's plugins are built in; no jars are loaded",
+    "shade.identifier": "Keel stores no shaded secrets in configs (use a named connection)",
+    "savemode.execute.location": "Keel's sinks apply their save mode where they run",
+    "read_limit.rows_per_second": "use the source's own rate options",
+    "read_limit.bytes_per_second": "use the source's own rate options",
+}
+FOREIGN_ENV_PREFIXES = ("spark.", "flink.")
 STREAMING_CHECKPOINT_INTERVAL = 10000
 MAX_PARALLELISM = 256
 
@@ -85,6 +96,8 @@ class JobPlan:
     parallelism: int
     env: dict[str, Any]
     pipelines: list[PipelinePlan]
+    #: ``[{path, message}]``: what was accepted but has no effect here.
+    warnings: list[dict] = field(default_factory=list)
 
     @property
     def slots_needed(self) -> int:
@@ -97,6 +110,7 @@ class JobPlan:
             "parallelism": self.parallelism,
             "env": self.env,
             "pipelines": [p.to_json() for p in self.pipelines],
+            "warnings": self.warnings,
         }
 
     @classmethod
@@ -107,6 +121,7 @@ class JobPlan:
             parallelism=data["parallelism"],
             env=data["env"],
             pipelines=[PipelinePlan.from_json(p) for p in data["pipelines"]],
+            warnings=data.get("warnings", []),
         )
 
 
@@ -121,18 +136,27 @@ def connects(text: str, variables: dict[str, str] | None = None) -> bool:
     )
 
 
-def validate_env(env: dict[str, Any]) -> tuple[dict[str, Any], list[dict]]:
+def validate_env(env: dict[str, Any]) -> tuple[dict[str, Any], list[dict], list[dict]]:
+    """(the env with defaults, errors, warnings). SeaTunnel's options without effect here and
+    other engines' options are warned about; anything else unknown is an error, with the
+    nearest known name when it looks like a typo."""
     errors: list[dict] = []
+    warnings: list[dict] = []
     out: dict[str, Any] = {}
     known = {o.name for o in ENV_OPTIONS}
     for key in env:
-        if key not in known:
-            errors.append(
-                {
-                    "path": f"env.{key}",
-                    "message": f"unknown env option (known: {', '.join(sorted(known))})",
-                }
-            )
+        if key in known:
+            continue
+        path = f"env.{key}"
+        if key in IGNORED_ENV_OPTIONS:
+            warnings.append({"path": path, "message": f"no effect: {IGNORED_ENV_OPTIONS[key]}"})
+        elif key.startswith(FOREIGN_ENV_PREFIXES):
+            engine = key.split(".", 1)[0].capitalize()
+            warnings.append({"path": path, "message": f"ignored: an option of {engine}"})
+        else:
+            near = difflib.get_close_matches(key, sorted(known | set(IGNORED_ENV_OPTIONS)), n=1)
+            hint = f"did you mean {near[0]}?" if near else f"known: {', '.join(sorted(known))}"
+            errors.append({"path": path, "message": f"unknown env option ({hint})"})
     for option in ENV_OPTIONS:
         if option.name not in env or env[option.name] is None:
             out[option.name] = option.default
@@ -145,7 +169,7 @@ def validate_env(env: dict[str, Any]) -> tuple[dict[str, Any], list[dict]]:
         errors.append({"path": "env.parallelism", "message": f"must be at most {MAX_PARALLELISM}"})
     if not errors and out["checkpoint.interval"] is None and out["job.mode"] == JobMode.STREAMING:
         out["checkpoint.interval"] = STREAMING_CHECKPOINT_INTERVAL
-    return out, errors
+    return out, errors, warnings
 
 
 def plan_job(
@@ -153,7 +177,7 @@ def plan_job(
 ) -> JobPlan:
     """Parse, validate and plan a job config; raise ConfigError listing every problem."""
     job = parse_job_config(text, variables)
-    env, errors = validate_env(job.env)
+    env, errors, warnings = validate_env(job.env)
     nodes: dict[str, list[PlanNode | None]] = {s: [] for s in SECTIONS}
     plugins: dict[str, Any] = {}
     for section in SECTIONS:
@@ -188,6 +212,7 @@ def plan_job(
         parallelism=env["parallelism"],
         env=env,
         pipelines=pipelines,
+        warnings=warnings,
     )
 
 
@@ -208,7 +233,9 @@ def _plan_node(block: PluginBlock, errors: list[dict]) -> PlanNode | None:
     if config is None:
         return None
     prefix = {"source": "s", "transform": "t", "sink": "k"}[block.section]
-    return PlanNode(key=f"{prefix}{block.index}", path=block.path, plugin=block.name, config=config)
+    return PlanNode(
+        key=f"{prefix}{block.index}", path=block.path, plugin=plugin.name, config=config
+    )
 
 
 def _wire(nodes: dict[str, list], plugins: dict, errors: list[dict]) -> list[PipelinePlan]:

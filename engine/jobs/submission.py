@@ -42,7 +42,9 @@ def submit_job(
         plan = plan_in_worker(config_text, job_name, variables)
     else:
         plan = plan_job(config_text, job_name, variables)
-    return create_job(plan, config_text, submitted_by)
+    job = create_job(plan, config_text, submitted_by)
+    job.warnings = plan.warnings  # for the answer only: what was accepted without effect
+    return job
 
 
 class WorkersUnavailable(Exception):

@@ -10,6 +10,7 @@ from engine.api.serializers.checkpoints import CheckpointSummarySerializer
 from engine.api.serializers.cleanup import CleanupRecordSerializer
 from engine.api.serializers.cluster import MemberRefSerializer
 from engine.api.serializers.dirty import DirtyTaskListSerializer, DirtyTaskSerializer
+from engine.api.serializers.records import record
 from engine.jobs import summary as job_summary
 from engine.models import Job, JobCleanupRecord, TaskGroup
 from engine.states import JOB_TERMINAL, CleanupKind, JobStatus
@@ -32,10 +33,23 @@ class JobSubmitSerializer(serializers.Serializer):
     )
 
 
-class JobCreatedSerializer(serializers.Serializer):
-    jobId = serializers.IntegerField()
-    jobName = serializers.CharField()
-    jobStatus = serializers.ChoiceField(choices=JobStatus.choices)
+ConfigWarningSerializer = record(
+    __name__,
+    "ConfigWarningSerializer",
+    "An option accepted without effect here (another engine's, or one Keel does not need).",
+    {"path": serializers.CharField(), "message": serializers.CharField()},
+)
+JobCreatedSerializer = record(
+    __name__,
+    "JobCreatedSerializer",
+    "A submitted job, and what its config asked for that has no effect here.",
+    {
+        "jobId": serializers.IntegerField(),
+        "jobName": serializers.CharField(),
+        "jobStatus": serializers.ChoiceField(choices=JobStatus.choices),
+        "warnings": ConfigWarningSerializer(many=True),
+    },
+)
 
 
 class JobSummarySerializer(serializers.ModelSerializer):

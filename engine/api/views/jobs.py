@@ -63,7 +63,12 @@ class JobListView(generics.ListAPIView):
                 headers={"Retry-After": "5"},
             )
         return Response(
-            {"jobId": job.id, "jobName": job.name, "jobStatus": job.status},
+            {
+                "jobId": job.id,
+                "jobName": job.name,
+                "jobStatus": job.status,
+                "warnings": job.warnings,
+            },
             status=status.HTTP_201_CREATED,
         )
 

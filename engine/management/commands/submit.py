@@ -64,6 +64,8 @@ class Command(BaseCommand):
                     where += f" (line {error['line']})"
                 self.stderr.write(f"{path}: {where}: {error['message']}")
             sys.exit(2)
+        for warning in job.warnings:
+            self.stderr.write(f"{path}: warning: {warning['path']}: {warning['message']}")
         self.stdout.write(str(job.id))
         self.stdout.flush()
         if opts["wait"]:

@@ -1,0 +1,95 @@
+"""SeaTunnel's spellings of a job file: plugin names in any case, ``result_table_name`` and
+``source_table_name`` for ``plugin_output`` and ``plugin_input``, and env options of other
+engines warned about rather than refused (a typo of Keel's own is still a 400, with a hint)."""
+
+from __future__ import annotations
+
+from engine.jobs.planner import plan_job
+from engine.models import Pipeline
+from tests.conftest import role_user
+
+SEATUNNEL_STYLE = """
+env {
+  job.mode = "BATCH"
+  parallelism = 1
+  spark.executor.memory = "1g"
+  flink.execution.checkpointing.interval = 10000
+  jars = "file:///opt/connectors/extra.jar"
+}
+source {
+  fakesource { result_table_name = "numbers", row.num = 5 }
+  FAKESOURCE { result_table_name = ["letters"], row.num = 7 }
+}
+sink {
+  console { source_table_name = "numbers" }
+  BlackHole { source_table_name = ["letters"] }
+}
+"""
+
+
+def submit(api, config):
+    return api.post("/api/v1/jobs", {"config": config}, format="json")
+
+
+def test_names_in_any_case_and_the_old_stream_names_plan_like_keels_own():
+    plan = plan_job(SEATUNNEL_STYLE)
+    wired = [
+        (p.source.plugin, p.source.config["plugin_output"], [s.plugin for s in p.sinks])
+        for p in plan.pipelines
+    ]
+    assert wired == [
+        ("FakeSource", "numbers", ["Console"]),
+        ("FakeSource", "letters", ["Blackhole"]),
+    ]
+    assert [p.sinks[0].config["plugin_input"] for p in plan.pipelines] == ["numbers", "letters"]
+
+
+def test_other_engines_options_are_warned_about_and_the_answer_carries_them(api):
+    response = submit(api, SEATUNNEL_STYLE)
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    warned = {w["path"]: w["message"] for w in body["warnings"]}
+    assert warned == {
+        "env.spark.executor.memory": "ignored: an option of Spark",
+        "env.flink.execution.checkpointing.interval": "ignored: an option of Flink",
+        "env.jars": "no effect: Keel's plugins are built in; no jars are loaded",
+    }
+    sinks = [
+        [s["plugin"] for s in p.plan["sinks"]]
+        for p in Pipeline.objects.filter(job_id=body["jobId"]).order_by("index")
+    ]
+    assert sinks == [["Console"], ["Blackhole"]]  # stored under their own names: workers run them
+    plain = submit(api, "source { FakeSource { } }\nsink { Console { } }").json()
+    assert plain["warnings"] == []
+
+
+def test_a_typo_of_a_keel_option_is_still_refused_with_a_hint(api):
+    response = submit(
+        api, "env { parallelsim = 2 }\nsource { FakeSource { } }\nsink { Console { } }"
+    )
+    assert response.status_code == 400
+    assert response.json()["errors"] == [
+        {"path": "env.parallelsim", "message": "unknown env option (did you mean parallelism?)"}
+    ]
+
+
+def test_an_alias_and_its_keel_name_disagreeing_is_refused_naming_the_alias(api):
+    config = """
+    source { FakeSource { result_table_name = a, plugin_output = b } }
+    sink { Console { source_table_name = [a, b] } }
+    """
+    errors = submit(api, config).json()["errors"]
+    paths = {e["path"]: e["message"] for e in errors}
+    assert paths["source[0].FakeSource.result_table_name"] == "says 'a' but plugin_output says 'b'"
+    assert (
+        paths["sink[0].Console.source_table_name"] == "several streams are not supported: name one"
+    )
+
+
+def test_the_submit_page_shows_the_warnings(client, transactional_db, engine):
+    engine.add_member(slots=8)
+    client.force_login(role_user("sally", "operator"))
+    response = client.post("/submit/", {"config": SEATUNNEL_STYLE}, follow=True)
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "env.spark.executor.memory: ignored: an option of Spark" in page
