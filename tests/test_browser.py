@@ -48,7 +48,9 @@ def test_operator_logs_in_and_watches_a_worker_die(healthy, browser):
     _, holder = healthy.active_master()
     assert holder in page.inner_text(".cards")
     rows = page.locator("table.members tbody tr.state-alive")
-    assert rows.count() == 2
+    # Both workers, as soon as the page (live) has them: a worker restored for this test may
+    # register a moment after the page was first rendered.
+    wait_for(lambda: rows.count() == 2, 15, interval=0.1, what="two alive members on the page")
 
     worker_uuid = healthy.one(
         "SELECT uuid::text FROM engine_member WHERE name = 'worker-1' AND state = 'ALIVE'"

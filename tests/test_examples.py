@@ -21,7 +21,10 @@ from tests.clusterkit import ROOT, RUN, SERVER_URL, Cluster, admin_conn
 SEATUNNEL_STYLE = """
 env { job.mode = "BATCH", parallelism = 1, spark.app.name = "from-spark" }
 source {
-  fakesource { result_table_name = "fake", row.num = 25, schema { fields { id = bigint } } }
+  fakesource {
+    result_table_name = "fake", parallelism = 2, split.num = 2, row.num = 25
+    schema { fields { id = bigint } }
+  }
 }
 sink {
   localfile { source_table_name = "fake", path = "OUT", file_format_type = "json" }
@@ -94,12 +97,10 @@ def test_localfile_examples_run_on_a_cluster(db_template, tmp_path):
         assert "warning: env.spark.app.name: ignored: an option of Spark" in proc.stderr
     finally:
         cluster.down()
-    seatunnel = [
-        json.loads(ln)
-        for p in (tmp_path / "seatunnel").glob("part-*.jsonl")
-        for ln in p.read_text().splitlines()
-    ]
-    assert sorted(r["id"] for r in seatunnel) == list(range(25))
+    parts = sorted((tmp_path / "seatunnel").glob("part-*.jsonl"))
+    seatunnel = [json.loads(ln) for p in parts for ln in p.read_text().splitlines()]
+    assert sorted(r["id"] for r in seatunnel) == list(range(50))
+    assert len(parts) == 2  # a part per reader: the source's own parallelism, not the job's 1
     csv_lines = [
         ln for p in (tmp_path / "fake-csv").glob("part-*.csv") for ln in p.read_text().splitlines()
     ]

@@ -5,7 +5,7 @@ engines warned about rather than refused (a typo of Keel's own is still a 400, w
 from __future__ import annotations
 
 from engine.jobs.planner import plan_job
-from engine.models import Pipeline
+from engine.models import Job, Pipeline, TaskGroup
 from tests.conftest import role_user
 
 SEATUNNEL_STYLE = """
@@ -93,3 +93,54 @@ def test_the_submit_page_shows_the_warnings(client, transactional_db, engine):
     page = response.content.decode()
     assert response.status_code == 200
     assert "env.spark.executor.memory: ignored: an option of Spark" in page
+
+
+def test_a_sources_own_parallelism_sets_its_pipelines_readers(api):
+    config = """
+    env { parallelism = 2 }
+    source {
+      FakeSource { plugin_output = wide, parallelism = 3, row.num = 9, split.num = 6 }
+      FakeSource { plugin_output = narrow, row.num = 4 }
+    }
+    sink {
+      Blackhole { plugin_input = wide }
+      Blackhole { plugin_input = narrow }
+    }
+    """
+    response = submit(api, config)
+    assert response.status_code == 201, response.json()
+    job = Job.objects.get(id=response.json()["jobId"])
+    readers = [
+        TaskGroup.objects.filter(pipeline=p, kind="READER").count()
+        for p in Pipeline.objects.filter(job=job).order_by("index")
+    ]
+    assert readers == [3, 2]  # the source's own, then the job's
+    assert job.slots_needed == (1 + 3) + (1 + 2)
+    too_many = submit(api, "source { FakeSource { parallelism = 0 } }\nsink { Console { } }")
+    assert too_many.status_code == 400
+    assert too_many.json()["errors"][0]["path"] == "source[0].FakeSource.parallelism"
+
+
+def test_jdbc_accepts_the_postgresql_driver_and_names_any_other(api):
+    config = """
+    source { FakeSource { } }
+    sink {
+      jdbc {
+        url = "jdbc:postgresql://127.0.0.1:5432/nowhere", user = u, password = p, table = t
+        driver = "%s"
+      }
+    }
+    """
+    mysql = submit(api, config % "com.mysql.cj.jdbc.Driver")
+    assert mysql.status_code == 400
+    assert mysql.json()["errors"] == [
+        {
+            "path": "sink[0].jdbc.driver",
+            "message": "only PostgreSQL is supported (driver = org.postgresql.Driver)",
+            "line": 4,
+        }
+    ]
+    postgres = submit(api, config % "org.postgresql.Driver").json()["errors"]
+    # The driver passes; the next check is the connection, whose user does not exist.
+    assert [e["path"] for e in postgres] == ["sink[0].jdbc.url"]
+    assert 'role "u" does not exist' in postgres[0]["message"]

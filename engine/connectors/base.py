@@ -88,6 +88,10 @@ class Plugin:
         common: tuple[Option, ...] = ()
         if cls.section in ("source", "transform"):
             common += (Option("plugin_output", str, help="name of the stream this produces"),)
+        if cls.section == "source":
+            common += (
+                Option("parallelism", int, min=1, help="readers of this source (else the job's)"),
+            )
         if cls.section in ("transform", "sink"):
             common += (Option("plugin_input", str, help="name of the stream this consumes"),)
         return common + cls.options

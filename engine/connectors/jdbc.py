@@ -25,8 +25,13 @@ from engine.connectors.pg import (
 from engine.connectors.registry import register
 from engine.connectors.schema import Schema
 
+#: The only JDBC driver Keel speaks for: configs written for SeaTunnel name it.
+POSTGRES_DRIVER = "org.postgresql.Driver"
+
 
 def _check_connection(config: dict) -> list[tuple[str, str]]:
+    if config.get("driver", POSTGRES_DRIVER) != POSTGRES_DRIVER:
+        return [("driver", f"only PostgreSQL is supported (driver = {POSTGRES_DRIVER})")]
     if config.get("connection") and (config.get("url") or config.get("password")):
         return [("connection", "give either a named connection or url/user/password, not both")]
     try:
@@ -53,6 +58,7 @@ COMMON = (
         help="a named connection (url, user and password an admin stored) instead",
     ),
     Option("table", str, required=True),
+    Option("driver", str, default=POSTGRES_DRIVER, help=f"{POSTGRES_DRIVER} (the only one)"),
 )
 
 

@@ -72,12 +72,15 @@ class PipelinePlan:
     source: PlanNode
     transforms: list[PlanNode] = field(default_factory=list)
     sinks: list[PlanNode] = field(default_factory=list)
+    #: Readers of this pipeline: the source's own ``parallelism``, else the job's.
+    parallelism: int = 1
 
     def to_json(self) -> dict:
         return {
             "source": self.source.to_json(),
             "transforms": [t.to_json() for t in self.transforms],
             "sinks": [s.to_json() for s in self.sinks],
+            "parallelism": self.parallelism,
         }
 
     @classmethod
@@ -86,6 +89,7 @@ class PipelinePlan:
             source=PlanNode.from_json(data["source"]),
             transforms=[PlanNode.from_json(t) for t in data["transforms"]],
             sinks=[PlanNode.from_json(k) for k in data["sinks"]],
+            parallelism=data.get("parallelism", 1),
         )
 
 
@@ -101,7 +105,8 @@ class JobPlan:
 
     @property
     def slots_needed(self) -> int:
-        return len(self.pipelines) * (1 + self.parallelism)
+        """An enumerator and the readers of each pipeline, each in its own slot."""
+        return sum(1 + p.parallelism for p in self.pipelines)
 
     def to_json(self) -> dict:
         return {
@@ -191,16 +196,22 @@ def plan_job(
     pipelines = _wire(nodes, plugins, errors)
     if errors:
         raise ConfigError(errors)
-    readers = len(pipelines) * env["parallelism"]
+    for pipeline in pipelines:
+        pipeline.parallelism = pipeline.source.config.get("parallelism") or env["parallelism"]
+        if pipeline.parallelism > MAX_PARALLELISM:
+            path = f"{pipeline.source.path}.parallelism"
+            errors.append({"path": path, "message": f"must be at most {MAX_PARALLELISM}"})
+    if errors:
+        raise ConfigError(errors)
+    readers = sum(p.parallelism for p in pipelines)
     limit = settings.ENGINE["config.max-readers"]
     if readers > limit:
         raise ConfigError(
             [
                 {
                     "path": "env.parallelism",
-                    "message": f"{len(pipelines)} pipelines x parallelism {env['parallelism']} "
-                    f"= {readers} readers, over the limit of {limit} "
-                    "(engine.config.max-readers)",
+                    "message": f"{len(pipelines)} pipelines with {readers} readers in all, "
+                    f"over the limit of {limit} (engine.config.max-readers)",
                 }
             ]
         )

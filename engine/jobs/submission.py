@@ -108,13 +108,13 @@ def create_job(plan: JobPlan, config_text: str, submitted_by=None) -> Job:
             for i, p in enumerate(plan.pipelines, start=1)
         )
         groups = []
-        for pipeline in pipelines:
+        for pipeline, planned in zip(pipelines, plan.pipelines, strict=True):
             groups.append(
                 TaskGroup(job=job, pipeline=pipeline, kind=TaskGroupKind.ENUMERATOR, index=0)
             )
             groups += [
                 TaskGroup(job=job, pipeline=pipeline, kind=TaskGroupKind.READER, index=i)
-                for i in range(plan.parallelism)
+                for i in range(planned.parallelism)
             ]
         TaskGroup.objects.bulk_create(groups)
         append_event(builders.job_submitted(job, len(pipelines)))

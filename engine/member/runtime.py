@@ -147,7 +147,7 @@ class TaskGroupThread(threading.Thread):
                 splits.assign,
                 pipeline.id,
                 created,
-                job.env["parallelism"],
+                pipeline.plan.get("parallelism", job.env["parallelism"]),
                 lambda: lifecycle.owns(self.task_group_id, self.attempt, self.member_id),
             )
             if not assigned:
