@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
 
@@ -16,7 +15,7 @@ from devcluster.examples import (
     save_examples_connection,
 )
 from engine.jobs.planner import plan_job
-from tests.clusterkit import ROOT, RUN, SERVER_URL, Cluster, admin_conn
+from tests.clusterkit import SERVER_URL, Cluster, admin_conn
 
 SEATUNNEL_STYLE = """
 env { job.mode = "BATCH", parallelism = 1, spark.app.name = "from-spark" }
@@ -72,28 +71,12 @@ def test_localfile_examples_run_on_a_cluster(db_template, tmp_path):
             text = (EXAMPLES_DIR / name).read_text().replace(".var/data/examples", str(tmp_path))
             conf = tmp_path / name
             conf.write_text(text)
-            proc = subprocess.run(
-                [RUN, "submit", str(conf), "--wait", "--timeout", "120"],
-                cwd=ROOT,
-                env=cluster.env,
-                capture_output=True,
-                text=True,
-                timeout=180,
-            )
-            assert proc.returncode == 0, proc.stderr
+            proc = cluster.run("submit", str(conf), "--wait", "--timeout", "120")
             outputs.append(proc.stderr)
         # A job file as SeaTunnel users write them runs unchanged, warned about, not refused.
         conf = tmp_path / "seatunnel-style.conf"
         conf.write_text(SEATUNNEL_STYLE.replace("OUT", str(tmp_path / "seatunnel")))
-        proc = subprocess.run(
-            [RUN, "submit", str(conf), "--wait", "--timeout", "120"],
-            cwd=ROOT,
-            env=cluster.env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert proc.returncode == 0, proc.stderr
+        proc = cluster.run("submit", str(conf), "--wait", "--timeout", "120")
         assert "warning: env.spark.app.name: ignored: an option of Spark" in proc.stderr
     finally:
         cluster.down()

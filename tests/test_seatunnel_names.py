@@ -144,3 +144,62 @@ def test_jdbc_accepts_the_postgresql_driver_and_names_any_other(api):
     # The driver passes; the next check is the connection, whose user does not exist.
     assert [e["path"] for e in postgres] == ["sink[0].jdbc.url"]
     assert 'role "u" does not exist' in postgres[0]["message"]
+
+
+def test_console_takes_seatunnels_print_options(caplog):
+    from engine.connectors.console import Console
+    from engine.connectors.schema import Schema
+
+    schema = Schema((("id", "bigint"),))
+    plan = plan_job(
+        "source { FakeSource { } }\n"
+        "sink { Console { log.print.data = false } }\n"
+        "sink { Console { log.print.delay.ms = 40, limit = 3 } }"
+    )
+    quiet, paced = plan.pipelines[0].sinks
+    with caplog.at_level("INFO", logger="keel.sink.console"):
+        Console(quiet.config, quiet.path).writer(schema, {}).write([(1,), (2,)])
+    assert caplog.records == []  # counted, not printed
+
+    slept: list[float] = []
+    writer = Console(paced.config, paced.path).writer(schema, {})
+    writer.sleep = slept.append
+    with caplog.at_level("INFO", logger="keel.sink.console"):
+        writer.write([(i,) for i in range(5)])
+    assert [r.getMessage() for r in caplog.records] == [f"row {{'id': {i}}}" for i in range(3)]
+    assert slept == [0.04, 0.04]  # between printed rows, none after the limit
+
+
+def test_fakesource_shapes_its_strings_and_paces_its_reads():
+    from engine.connectors.fake import FakeSource
+
+    plan = plan_job(
+        "source { FakeSource { string.length = 8, split.read-interval = 20, row.num = 3,"
+        " bytes.length = 4, schema { fields { id = bigint, name = string } } } }\n"
+        "sink { Blackhole { } }"
+    )
+    assert plan.warnings == [
+        {
+            "path": "source[0].FakeSource.bytes.length",
+            "message": "no effect: Keel's FakeSource schema has no bytes, array or map types yet",
+        }
+    ]
+    node = plan.pipelines[0].source
+    source = FakeSource(node.config, node.path)
+    split = source.create_splits("BATCH")[0]
+    batches = list(source.read(split, 0, "BATCH", batch_size=1))
+    rows = [row for batch, _ in batches for row in batch]
+    assert rows == [(0, "name-0xx"), (1, "name-1xx"), (2, "name-2xx")]
+    # A read is due 20 ms after the last: in between the split answers "nothing yet".
+    assert any(batch == [] for batch, _ in batches)
+    short = FakeSource({**node.config, "string.length": 3}, node.path)
+    batches = list(short.read(split, 0, "BATCH", batch_size=3))
+    assert [r for batch, _ in batches for r in batch] == [(0, "e-0"), (1, "e-1"), (2, "e-2")]
+
+
+def test_sink_options_without_effect_here_are_warned_about():
+    plan = plan_job(
+        "source { FakeSource { } }\n"
+        'sink { LocalFile { path = "/tmp/x", is_enable_transaction = true } }'
+    )
+    assert [w["path"] for w in plan.warnings] == ["sink[0].LocalFile.is_enable_transaction"]

@@ -78,6 +78,8 @@ class Plugin:
     options: ClassVar[tuple[Option, ...]] = ()
     #: Its checks open network connections: a job using it is planned in a worker.
     connects: ClassVar[bool] = False
+    #: SeaTunnel's options that have no effect here, with why: accepted, with a warning.
+    ignored_options: ClassVar[dict[str, str]] = {}
 
     def __init__(self, config: dict[str, Any], path: str) -> None:
         self.config = config
@@ -121,16 +123,26 @@ def _unalias(plugin: type[Plugin], block: PluginBlock) -> tuple[dict[str, Any], 
             value = value[0]
         if isinstance(value, list):
             errors.append(_error(block, alias, "several streams are not supported: name one"))
-        elif name in options and options[name] != value:
+        elif name in options and _one(options[name]) != value:
             errors.append(_error(block, alias, f"says {value!r} but {name} says {options[name]!r}"))
         else:
             options[name] = value
+    for name in ALIASES.values():  # SeaTunnel's JSON form writes a stream as a list of one
+        if isinstance(options.get(name), list) and len(options[name]) == 1:
+            options[name] = options[name][0]
     return options, errors
 
 
-def validate_block(plugin: type[Plugin], block: PluginBlock) -> tuple[dict | None, list[dict]]:
-    """Validate a block's options against ``plugin``: (config, errors)."""
+def _one(value: Any) -> Any:
+    return value[0] if isinstance(value, list) and len(value) == 1 else value
+
+
+def validate_block(
+    plugin: type[Plugin], block: PluginBlock
+) -> tuple[dict | None, list[dict], list[dict]]:
+    """Validate a block's options against ``plugin``: (config, errors, warnings)."""
     options, errors = _unalias(plugin, block)
+    warnings: list[dict] = []
     block = replace(block, options=options)
     config: dict[str, Any] = {}
     specs = plugin.all_options()
@@ -152,10 +164,14 @@ def validate_block(plugin: type[Plugin], block: PluginBlock) -> tuple[dict | Non
             continue
         if any(name.startswith(f"{leaf}.") for name in known):
             continue  # a dotted option written as an (empty) object
+        if leaf in plugin.ignored_options:
+            why = plugin.ignored_options[leaf]
+            warnings.append({"path": f"{block.path}.{leaf}", "message": f"no effect: {why}"})
+            continue
         errors.append(_error(block, leaf, f"unknown option for {plugin.name}"))
     if not errors:
         errors += [_error(block, name, message) for name, message in plugin.check(config)]
-    return (None if errors else config), errors
+    return (None if errors else config), errors, warnings
 
 
 def _error(block: PluginBlock, option: str, message: str) -> dict:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 from engine.connectors.base import Option, SinkPlugin, SinkWriter
 from engine.connectors.registry import register
@@ -11,16 +13,30 @@ log = logging.getLogger("keel.sink.console")
 
 
 class ConsoleWriter(SinkWriter):
-    def __init__(self, schema, limit: int, prefix: str) -> None:
+    """Prints up to ``limit`` rows, ``delay`` seconds apart (SeaTunnel's ``log.print.delay.ms``,
+    which slows the reader on purpose: it is how demos are paced)."""
+
+    def __init__(
+        self,
+        schema,
+        limit: int,
+        prefix: str,
+        delay: float = 0.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.names = schema.names
         self.limit = limit
         self.prefix = prefix
+        self.delay = delay
+        self.sleep = sleep
         self.printed = 0
 
     def write(self, rows: list[tuple]) -> None:
         for row in rows:
             if self.printed >= self.limit:
                 return
+            if self.delay and self.printed:
+                self.sleep(self.delay)
             log.info("%s %s", self.prefix, dict(zip(self.names, row, strict=False)))
             self.printed += 1
 
@@ -28,10 +44,16 @@ class ConsoleWriter(SinkWriter):
 @register
 class Console(SinkPlugin):
     name = "Console"
-    options = (Option("limit", int, default=100, min=0, help="print at most this many rows"),)
+    options = (
+        Option("limit", int, default=100, min=0, help="print at most this many rows"),
+        Option("log.print.data", bool, default=True, help="false: print nothing, only count"),
+        Option("log.print.delay.ms", int, default=0, min=0, help="pause between printed rows"),
+    )
 
     def writer(self, schema, context: dict) -> SinkWriter:
-        return ConsoleWriter(schema, self.config["limit"], context.get("label", "row"))
+        limit = self.config["limit"] if self.config["log.print.data"] else 0
+        delay = self.config["log.print.delay.ms"] / 1000
+        return ConsoleWriter(schema, limit, context.get("label", "row"), delay)
 
 
 class BlackholeWriter(SinkWriter):

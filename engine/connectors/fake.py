@@ -31,15 +31,28 @@ _EXPRESSIONS = {
 }
 
 
-def row_builder(schema: Schema):
+def _fit(length: int):
+    """Strings of exactly ``length`` characters that keep the row id: padded with ``x``, or
+    their last ``length`` characters."""
+
+    def fit(value: str) -> str:
+        return value.ljust(length, "x") if len(value) <= length else value[-length:]
+
+    return fit
+
+
+def row_builder(schema: Schema, string_length: int | None = None):
     """A function from a range of row ids to rows, compiled for the schema.
 
     The comprehension is generated from fixed templates (user-given field names are passed in as
     values, never as code), so generation costs what a hand-written loop costs.
     """
-    parts, values = [], {"EPOCH": EPOCH, "timedelta": timedelta}
+    parts, values = [], {"EPOCH": EPOCH, "timedelta": timedelta, "fit": _fit(string_length or 0)}
     for n, (name, kind) in enumerate(schema.fields):
-        parts.append(_EXPRESSIONS[kind].format(n=n))
+        expression = _EXPRESSIONS[kind].format(n=n)
+        if kind == "string" and string_length:
+            expression = f"fit({expression})"
+        parts.append(expression)
         values[f"p{n}"] = f"{name}-"
     body = f"lambda ids: [({', '.join(parts)},) for i in ids]"
     return eval(body, values)  # noqa: S307 - generated from the fixed templates above
@@ -59,7 +72,13 @@ class FakeSource(SourcePlugin):
             min=0,
             help="rows per second per split (0: as fast as possible)",
         ),
+        Option("string.length", int, default=None, min=1, help="length of every string value"),
+        Option("split.read-interval", int, default=0, min=0, help="ms between a split's reads"),
     )
+    ignored_options = {
+        key: "Keel's FakeSource schema has no bytes, array or map types yet"
+        for key in ("bytes.length", "array.size", "map.size")
+    }
 
     @classmethod
     def check(cls, config):
@@ -80,12 +99,16 @@ class FakeSource(SourcePlugin):
         return range(s * per + start, s * per + stop)
 
     def read(self, split: dict, offset: int, mode: str, batch_size: int):
-        build = row_builder(self.output_schema())
+        build = row_builder(self.output_schema(), self.config["string.length"])
         streaming = mode == JobMode.STREAMING
         rate = self.config["rows.per-second"]
+        interval = self.config["split.read-interval"] / 1000
         limit = None if streaming else self.config["row.num"]
-        started, produced = time.monotonic(), 0
+        started, produced, next_read = time.monotonic(), 0, 0.0
         while limit is None or offset < limit:
+            if interval and next_read > time.monotonic():
+                yield [], offset  # the split's next read is not due yet
+                continue
             stop = offset + batch_size if limit is None else min(offset + batch_size, limit)
             if rate > 0:
                 stop = min(stop, offset + max(int(rate / 10), 1))
@@ -97,4 +120,5 @@ class FakeSource(SourcePlugin):
             rows = build(ids)
             produced += len(rows)
             offset = stop
+            next_read = time.monotonic() + interval
             yield rows, offset

@@ -171,6 +171,10 @@ class JdbcSink(SinkPlugin):
             help="upsert on these columns (idempotent); without them, plain insert",
         ),
     )
+    ignored_options = {
+        "batch_size": "each batch a reader hands the sink is written with one COPY",
+        "max_retries": "a failed write is retried by recovery from the last checkpoint",
+    }
 
     @classmethod
     def check(cls, config):

@@ -268,6 +268,10 @@ class LocalFileSink(LocalFile, SinkPlugin):
         FIELD_DELIMITER,
         Option("header", bool, default=False, help="write a header row (csv)"),
     )
+    ignored_options = {
+        "is_enable_transaction": "each part is always published atomically, when its "
+        "checkpoint (or its reader) completes",
+    }
 
     @classmethod
     def check(cls, config):

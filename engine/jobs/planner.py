@@ -187,7 +187,7 @@ def plan_job(
     plugins: dict[str, Any] = {}
     for section in SECTIONS:
         for block in job.section(section):
-            node = _plan_node(block, errors)
+            node = _plan_node(block, errors, warnings)
             nodes[section].append(node)
             if node is not None:
                 plugins[node.path] = get_plugin(section, block.name)(node.config, node.path)
@@ -227,7 +227,7 @@ def plan_job(
     )
 
 
-def _plan_node(block: PluginBlock, errors: list[dict]) -> PlanNode | None:
+def _plan_node(block: PluginBlock, errors: list[dict], warnings: list[dict]) -> PlanNode | None:
     plugin = get_plugin(block.section, block.name)
     if plugin is None:
         known = ", ".join(plugin_names(block.section))
@@ -239,8 +239,9 @@ def _plan_node(block: PluginBlock, errors: list[dict]) -> PlanNode | None:
             error["line"] = block.line
         errors.append(error)
         return None
-    config, block_errors = validate_block(plugin, block)
+    config, block_errors, block_warnings = validate_block(plugin, block)
     errors += block_errors
+    warnings += block_warnings
     if config is None:
         return None
     prefix = {"source": "s", "transform": "t", "sink": "k"}[block.section]

@@ -37,14 +37,21 @@ def submit_job(
 
     Nothing is created for an invalid job: planning happens before the transaction.
     """
-    variables = check_variables(variables)
-    if settings.ENGINE["connectors.check-in-workers"] and connects(config_text, variables):
-        plan = plan_in_worker(config_text, job_name, variables)
-    else:
-        plan = plan_job(config_text, job_name, variables)
+    plan = plan_config(config_text, job_name, variables)
     job = create_job(plan, config_text, submitted_by)
     job.warnings = plan.warnings  # for the answer only: what was accepted without effect
     return job
+
+
+def plan_config(
+    config_text: str, job_name: str | None = None, variables: dict[str, str] | None = None
+) -> JobPlan:
+    """Validate and plan a config (ConfigError if invalid); a job whose checks connect to
+    databases is planned in a worker."""
+    variables = check_variables(variables)
+    if settings.ENGINE["connectors.check-in-workers"] and connects(config_text, variables):
+        return plan_in_worker(config_text, job_name, variables)
+    return plan_job(config_text, job_name, variables)
 
 
 class WorkersUnavailable(Exception):

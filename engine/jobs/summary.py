@@ -86,7 +86,43 @@ def _iso(value) -> str | None:
 def snapshot(job: Job) -> dict:
     """What the history keeps of the job's running state, in the API's shape."""
     job = with_groups(Job.objects.filter(id=job.id)).get()
-    return {"pipelines": pipelines(job), "metrics": metrics(job), "checkpoints": checkpoints(job)}
+    return {
+        "pipelines": pipelines(job),
+        "metrics": metrics(job),
+        "checkpoints": checkpoints(job),
+        "dag": dag(job),
+    }
+
+
+def dag(job: Job) -> dict:
+    """The job's plugins as a graph: vertices numbered across the job (each pipeline's source,
+    transforms, then sinks) and, per pipeline, its edges as (from, to) vertex ids."""
+    vertices: list[dict] = []
+    edges: dict[str, list[list[int]]] = {}
+    for pipeline in job.pipelines.all():
+        plan = pipeline.plan
+        ids: dict[str, int] = {}
+        for kind, nodes in (
+            ("source", [plan["source"]]),
+            ("transform", plan["transforms"]),
+            ("sink", plan["sinks"]),
+        ):
+            for node in nodes:
+                ids[node["key"]] = len(vertices) + 1
+                vertices.append(
+                    {
+                        "id": ids[node["key"]],
+                        "type": kind,
+                        "path": node["path"],
+                        "plugin": node["plugin"],
+                    }
+                )
+        edges[str(pipeline.index)] = [
+            [ids[node["input"]], ids[node["key"]]]
+            for node in [*plan["transforms"], *plan["sinks"]]
+            if node.get("input") in ids
+        ]
+    return {"vertices": vertices, "edges": edges}
 
 
 def history_part(job: Job, epoch: int | None):
