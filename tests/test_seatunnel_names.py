@@ -203,3 +203,12 @@ def test_sink_options_without_effect_here_are_warned_about():
         'sink { LocalFile { path = "/tmp/x", is_enable_transaction = true } }'
     )
     assert [w["path"] for w in plan.warnings] == ["sink[0].LocalFile.is_enable_transaction"]
+
+
+def test_a_plugins_own_seatunnel_names_are_aliases_too(tmp_path):
+    (tmp_path / "in.csv").write_text("id\n1\n2\n")
+    plan = plan_job(
+        f'source {{ LocalFile {{ path = "{tmp_path / "in.csv"}", skip_header_row_number = 1,'
+        " schema { fields { id = bigint } } } }\nsink { Console { } }"
+    )
+    assert plan.pipelines[0].source.config["skip_header_rows"] == 1

@@ -80,6 +80,8 @@ class Plugin:
     connects: ClassVar[bool] = False
     #: SeaTunnel's options that have no effect here, with why: accepted, with a warning.
     ignored_options: ClassVar[dict[str, str]] = {}
+    #: SeaTunnel's names of its own options: {their name: Keel's}.
+    aliases: ClassVar[dict[str, str]] = {}
 
     def __init__(self, config: dict[str, Any], path: str) -> None:
         self.config = config
@@ -110,18 +112,19 @@ ALIASES = {"result_table_name": "plugin_output", "source_table_name": "plugin_in
 
 def _unalias(plugin: type[Plugin], block: PluginBlock) -> tuple[dict[str, Any], list[dict]]:
     """The block's options with each alias under its Keel name (a one-name list, as SeaTunnel
-    allows for ``source_table_name``, is that name); both names with different values is an
-    error naming the alias."""
+    allows for a stream's name, is that name); both names with different values is an error
+    naming the alias."""
     options = dict(block.options)
     errors: list[dict] = []
     known = {o.name for o in plugin.all_options()}
-    for alias, name in ALIASES.items():
+    for alias, name in (ALIASES | plugin.aliases).items():
         if alias not in options or name not in known:
             continue
         value = options.pop(alias)
-        if isinstance(value, list) and len(value) == 1:
+        stream = name in ALIASES.values()
+        if stream and isinstance(value, list) and len(value) == 1:
             value = value[0]
-        if isinstance(value, list):
+        if stream and isinstance(value, list):
             errors.append(_error(block, alias, "several streams are not supported: name one"))
         elif name in options and _one(options[name]) != value:
             errors.append(_error(block, alias, f"says {value!r} but {name} says {options[name]!r}"))

@@ -62,6 +62,7 @@ class LocalFileSource(LocalFile, SourcePlugin):
         FIELD_DELIMITER,
         Option("skip_header_rows", int, default=0, min=0),
     )
+    aliases = {"skip_header_row_number": "skip_header_rows"}
 
     @classmethod
     def check(cls, config):
