@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from engine import counters, dirty
+from engine.jobs import cleanup
 from engine.models import (
     ClusterState,
     Job,
@@ -232,10 +233,8 @@ class EngineCollector:
         yield records
         yield GaugeMetricFamily(
             "keel_cleanup_records_overdue",
-            "PENDING cleanup records past their due time.",
-            value=JobCleanupRecord.objects.filter(
-                state=CleanupState.PENDING, due_at__lt=timezone.now()
-            ).count(),
+            "Open cleanup records past their due time (as the admin console counts them).",
+            value=cleanup.overdue_count(),
         )
 
 

@@ -42,6 +42,7 @@ from engine.states import (
     ExecutionStatus,
     JobStatus,
     MemberState,
+    SlotMode,
     SlotState,
 )
 
@@ -142,13 +143,13 @@ def _room_elsewhere(member: Member) -> int | None:
     others = slot_transitions.takers().exclude(id=member.id)
     dynamic = 0
     for member_id, mode, count in others.values_list("id", "slot_mode", "slot_count"):
-        if mode == "DYNAMIC":
+        if mode == SlotMode.DYNAMIC:
             if count <= 0:
                 return None
             used = Slot.objects.filter(member_id=member_id, state=SlotState.ASSIGNED).count()
             dynamic += max(count - used, 0)
     fixed = Slot.objects.filter(
-        member__in=others.filter(slot_mode="FIXED"), state=SlotState.FREE
+        member__in=others.filter(slot_mode=SlotMode.FIXED), state=SlotState.FREE
     ).count()
     return fixed + dynamic
 

@@ -28,7 +28,7 @@ from engine import queries
 from engine.jobconfig import ConfigError
 from engine.jobs import summary as job_summary
 from engine.jobs.cancel import JobStateError, cancel_job
-from engine.jobs.submission import WorkersUnavailable, create_job, plan_config
+from engine.jobs.submission import WorkersUnavailable, create_job, plan_config, submit_job
 from engine.models import Job
 from engine.roles import CANCEL_JOB, SUBMIT_JOB
 from engine.states import JOB_TERMINAL
@@ -177,9 +177,7 @@ class SeaTunnelView(APIView):
     content_negotiation_class = JsonOnly
 
     def handle_exception(self, exc):
-        if isinstance(exc, Refused):
-            return _refused(str(exc))
-        if isinstance(exc, ConfigError):
+        if isinstance(exc, Refused | ConfigError):
             return _refused(str(exc))
         if isinstance(exc, WorkersUnavailable):
             return _refused(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE)
@@ -215,9 +213,7 @@ class SubmitJobView(SeaTunnelView):
 
     def post(self, request: Request) -> Response:
         name = _params(request.query_params)
-        text = _config(request)
-        plan = plan_config(text, name)
-        job = create_job(plan, text, request.user)
+        job = submit_job(_config(request), name, submitted_by=request.user)
         return Response({"jobId": job.id, "jobName": job.name})
 
 
@@ -229,10 +225,7 @@ class SubmitJobsView(SeaTunnelView):
     role_permissions = {"POST": SUBMIT_JOB}
 
     def post(self, request: Request) -> Response:
-        try:
-            items = json.loads(request.body)
-        except ValueError as exc:
-            raise Refused(f"the body is not JSON ({exc})") from None
+        items = _body(request)
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             raise Refused("the body must be a JSON array of job configs")
         plans = []
