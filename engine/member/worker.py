@@ -4,6 +4,10 @@ The member registers (fresh UUID), heartbeats on its membership session from a t
 and consumes ``member.<name>`` (commands to this member) and ``control`` (durable control steps)
 with a threads-pool Celery worker. If the cluster removed it (or its membership session ended),
 the heartbeat thread ends the whole process: a removed member never resumes its old identity.
+
+The Celery worker is supervised: if it stops on an error of its own (kombu has been seen to
+crash while reconnecting to a broker that came back), a new one starts in its place. The member,
+its slots and its running task groups carry on; only a signal or a fenced member ends the process.
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 
 from celery import current_app
+from celery.platforms import EX_FAILURE
+from celery.worker import state as celery_state
 
 from engine.cluster.membership import (
     MemberDrained,
@@ -34,6 +41,11 @@ log = logging.getLogger("keel.worker")
 
 #: Exit status of a worker that learned it was removed from the cluster.
 EXIT_FENCED = 3
+
+#: Pause before replacing a crashed Celery worker, doubled on each crash in a row up to the cap;
+#: a Celery worker that served for ``STEADY_AFTER`` seconds resets it.
+RESTART_BACKOFF = (0.5, 5.0)
+STEADY_AFTER = 10.0
 
 
 @dataclass
@@ -77,6 +89,51 @@ class Worker:
                 sys.stderr.flush()
                 os._exit(EXIT_FENCED)
 
+    def celery_worker(self):
+        return current_app.Worker(
+            hostname=f"{self.options.name}@%h",
+            queues=[member_queue(self.options.name), CONTROL_QUEUE],
+            pool="threads",
+            concurrency=self.options.concurrency,
+            without_gossip=True,
+            without_mingle=True,
+            without_heartbeat=True,
+            loglevel="WARNING",
+            quiet=True,
+        )
+
+    def serve_commands(self):
+        """Run Celery workers for this member's commands until one stops for a reason of the
+        process (a signal, a fenced member); return that one."""
+        backoff = RESTART_BACKOFF[0]
+        while True:
+            worker = self.celery_worker()
+            started = time.monotonic()
+            worker.start()
+            if not self._crashed(worker):
+                return worker
+            if time.monotonic() - started >= STEADY_AFTER:
+                backoff = RESTART_BACKOFF[0]
+            log.error(
+                "the Celery worker of member %s stopped on an error (logged above); "
+                "a new one starts in %.1f s, the member and its task groups carry on",
+                self.options.name,
+                backoff,
+            )
+            if self.stopping.wait(backoff):
+                return worker
+            backoff = min(backoff * 2, RESTART_BACKOFF[1])
+
+    def _crashed(self, worker) -> bool:
+        """Celery ends ``start()`` with EX_FAILURE on an unrecoverable error; a shutdown asked
+        for by a signal sets its state's stop flags first."""
+        return (
+            worker.exitcode == EX_FAILURE
+            and celery_state.should_stop in (None, False)
+            and celery_state.should_terminate in (None, False)
+            and not self.stopping.is_set()
+        )
+
     def run(self) -> int:
         # Until Celery installs its own handlers, SIGTERM must still end in a clean leave.
         signal.signal(signal.SIGTERM, _exit_on_signal)
@@ -87,24 +144,13 @@ class Worker:
                 target=self.heartbeat_loop, name="member-heartbeat", daemon=True
             )
             beat.start()
-            worker = current_app.Worker(
-                hostname=f"{self.options.name}@%h",
-                queues=[member_queue(self.options.name), CONTROL_QUEUE],
-                pool="threads",
-                concurrency=self.options.concurrency,
-                without_gossip=True,
-                without_mingle=True,
-                without_heartbeat=True,
-                loglevel="WARNING",
-                quiet=True,
-            )
             # Everything loaded so far lives as long as the process: keep it out of the cyclic
             # GC, whose full collections would otherwise walk the whole Django/Celery heap
             # again and again while the data plane allocates rows.
             gc.freeze()
             # Rows are short-lived tuples of scalars: collect the young generation less often.
             gc.set_threshold(50_000, 20, 100)
-            worker.start()
+            worker = self.serve_commands()
         finally:
             self.stopping.set()
             if self.member is not None:
