@@ -8,7 +8,7 @@ import textwrap
 import psycopg
 import pytest
 
-from engine.connectors.localfile import CheckpointedLocalFileWriter
+from engine.connectors.localfile_sink import CheckpointedLocalFileWriter
 from engine.connectors.schema import Schema
 from engine.jobs import checkpoints
 from engine.jobs.submission import submit_job

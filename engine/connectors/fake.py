@@ -8,13 +8,25 @@ known in advance (tests compare exact row sets). In STREAMING mode a split never
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import ROUND_DOWN, Decimal
 
 from engine.connectors.base import Option, SourcePlugin
 from engine.connectors.registry import register
-from engine.connectors.schema import Schema, parse_schema
+from engine.connectors.schema import (
+    Schema,
+    convert,
+    kind_args,
+    parse_schema,
+    row_fields,
+    with_kind,
+)
 from engine.states import JobMode
 
+#: SeaTunnel's row kinds (a changelog's). Keel's sinks write every row as data; the kind is
+#: kept on the row for FilterRowKind.
+ROW_KINDS = ("INSERT", "UPDATE_BEFORE", "UPDATE_AFTER", "DELETE")
 DEFAULT_SCHEMA = Schema((("id", "bigint"), ("name", "string"), ("value", "double")))
 EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -41,21 +53,84 @@ def _fit(length: int):
     return fit
 
 
-def row_builder(schema: Schema, string_length: int | None = None):
+@dataclass(frozen=True)
+class Sizes:
+    """The data-shape options: lengths of strings and bytes, sizes of arrays and maps."""
+
+    string: int | None = None
+    bytes: int = 5
+    array: int = 5
+    map: int = 5
+
+
+def value_of(kind: str, name: str, sizes: Sizes):
+    """A function from a row id to the field's value: deterministic, so a replay from an
+    offset is exact and tests know every value in advance."""
+    base, args = kind_args(kind)
+    if base in _EXPRESSIONS and not (base == "decimal" and args):
+        if base == "string" and sizes.string:
+            fit = _fit(sizes.string)
+            return lambda i: fit(f"{name}-{i}")
+        return eval(  # noqa: S307 - a fixed template; the field name is passed as a value
+            f"lambda i: {_EXPRESSIONS[base].format(n=0)}",
+            {"EPOCH": EPOCH, "timedelta": timedelta, "p0": f"{name}-"},
+        )
+    if base == "tinyint":
+        return lambda i: i % 128
+    if base == "smallint":
+        return lambda i: i % 32768
+    if base == "decimal":
+        precision, scale = int(args[0]), int(args[1])
+        unit, bound = Decimal(1).scaleb(-scale), 10 ** (precision - scale)
+        return lambda i: (Decimal(i % bound) / 2).quantize(unit, rounding=ROUND_DOWN)
+    if base == "bytes":
+        fit = _fit(sizes.bytes)
+        return lambda i: fit(f"{name}-{i}").encode()
+    if base == "date":
+        return lambda i: (EPOCH.date() + timedelta(days=i)).isoformat()
+    if base == "time":
+        return lambda i: (EPOCH + timedelta(seconds=i)).time().isoformat()
+    if base == "null":
+        return lambda i: None
+    if base == "array":
+        item = value_of(args[0], name, sizes)
+        return lambda i: [item(i + k) for k in range(sizes.array)]
+    if base == "map":
+        key, item = value_of(args[0], name, sizes), value_of(args[1], name, sizes)
+        return lambda i: {key(i + k): item(i + k) for k in range(sizes.map)}
+    fields = [value_of(k, f"{name}.{n}", sizes) for n, k in row_fields(kind)]
+    return lambda i: tuple(f(i) for f in fields)
+
+
+def row_builder(schema: Schema, sizes: Sizes | None = None):
     """A function from a range of row ids to rows, compiled for the schema.
 
     The comprehension is generated from fixed templates (user-given field names are passed in as
-    values, never as code), so generation costs what a hand-written loop costs.
+    values, never as code), so generation costs what a hand-written loop costs; other types
+    call their value function.
     """
-    parts, values = [], {"EPOCH": EPOCH, "timedelta": timedelta, "fit": _fit(string_length or 0)}
+    sizes = sizes or Sizes()
+    parts, values = [], {"EPOCH": EPOCH, "timedelta": timedelta, "fit": _fit(sizes.string or 0)}
     for n, (name, kind) in enumerate(schema.fields):
-        expression = _EXPRESSIONS[kind].format(n=n)
-        if kind == "string" and string_length:
-            expression = f"fit({expression})"
+        if kind in _EXPRESSIONS:
+            expression = _EXPRESSIONS[kind].format(n=n)
+            if kind == "string" and sizes.string:
+                expression = f"fit({expression})"
+        else:
+            values[f"g{n}"] = value_of(kind, name, sizes)
+            expression = f"g{n}(i)"
         parts.append(expression)
         values[f"p{n}"] = f"{name}-"
     body = f"lambda ids: [({', '.join(parts)},) for i in ids]"
     return eval(body, values)  # noqa: S307 - generated from the fixed templates above
+
+
+class RowsOption(Option):
+    """SeaTunnel's ``rows`` list. Keel's own ``rows.per-second`` makes ``rows`` an object in
+    HOCON: that is not a rows list, and leaves the option unset."""
+
+    def coerce(self, value):
+        return None if isinstance(value, dict) else super().coerce(value)
 
 
 @register
@@ -74,16 +149,74 @@ class FakeSource(SourcePlugin):
         ),
         Option("string.length", int, default=None, min=1, help="length of every string value"),
         Option("split.read-interval", int, default=0, min=0, help="ms between a split's reads"),
+        Option("bytes.length", int, default=5, min=1, help="length of every bytes value"),
+        Option("array.size", int, default=5, min=0, help="items of every array"),
+        Option("map.size", int, default=5, min=0, help="entries of every map"),
+        RowsOption(
+            "rows", list, help="the rows each split emits: [{kind = INSERT, fields = [...]}]"
+        ),
     )
-    ignored_options = {
-        key: "Keel's FakeSource schema has no bytes, array or map types yet"
-        for key in ("bytes.length", "array.size", "map.size")
-    }
+    ignored_options = (
+        {
+            f"{kind}.{option}": "values are derived from the row id, so a replay is exact"
+            for kind in ("tinyint", "smallint", "int", "bigint", "float", "double", "string")
+            for option in ("fake.mode", "min", "max", "template")
+        }
+        | {
+            f"{part}.template": "values are derived from the row id, so a replay is exact"
+            for part in ("date.year", "date.month", "date.day", "time.hour", "time.minute")
+        }
+        | {"time.second.template": "values are derived from the row id, so a replay is exact"}
+    )
 
     @classmethod
     def check(cls, config):
-        _, errors = parse_schema(config.get("schema"))
+        schema, errors = parse_schema(config.get("schema"))
+        if errors or config["rows"] is None:
+            return errors
+        schema = schema or DEFAULT_SCHEMA
+        for n, row in enumerate(config["rows"]):
+            fields = row.get("fields") if isinstance(row, dict) else None
+            kind = str(row.get("kind", "INSERT")).upper() if isinstance(row, dict) else ""
+            if not isinstance(fields, list):
+                errors.append((f"rows[{n}]", "must be { kind = INSERT, fields = [...] }"))
+            elif kind not in ROW_KINDS:
+                errors.append((f"rows[{n}].kind", f"must be one of {', '.join(ROW_KINDS)}"))
+            elif len(fields) != len(schema.fields):
+                errors.append(
+                    (
+                        f"rows[{n}].fields",
+                        f"has {len(fields)} values, the schema {len(schema.fields)}",
+                    )
+                )
+            else:
+                try:
+                    [convert(k, v) for (_, k), v in zip(schema.fields, fields, strict=True)]
+                except (ValueError, TypeError, ArithmeticError) as exc:
+                    errors.append((f"rows[{n}].fields", f"does not fit the schema: {exc}"))
         return errors
+
+    def sizes(self) -> Sizes:
+        config = self.config
+        return Sizes(
+            config["string.length"],
+            config.get("bytes.length") or 5,
+            config.get("array.size", 5),
+            config.get("map.size", 5),
+        )
+
+    def listed_rows(self) -> list[tuple] | None:
+        """The ``rows`` option's rows, typed; None if the option is not set."""
+        if self.config.get("rows") is None:
+            return None
+        schema = self.output_schema()
+        out = []
+        for row in self.config["rows"]:
+            values = tuple(
+                convert(k, v) for (_, k), v in zip(schema.fields, row["fields"], strict=True)
+            )
+            out.append(with_kind(values, str(row.get("kind", "INSERT")).upper()))
+        return out
 
     def output_schema(self) -> Schema:
         schema, _ = parse_schema(self.config.get("schema"))
@@ -99,7 +232,12 @@ class FakeSource(SourcePlugin):
         return range(s * per + start, s * per + stop)
 
     def read(self, split: dict, offset: int, mode: str, batch_size: int):
-        build = row_builder(self.output_schema(), self.config["string.length"])
+        listed = self.listed_rows()
+        if listed is not None:  # the same rows from every split, then the split ends
+            if listed[offset:]:
+                yield listed[offset:], len(listed)
+            return
+        build = row_builder(self.output_schema(), self.sizes())
         streaming = mode == JobMode.STREAMING
         rate = self.config["rows.per-second"]
         interval = self.config["split.read-interval"] / 1000

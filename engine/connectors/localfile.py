@@ -1,54 +1,79 @@
-"""LocalFile source and sink: CSV or JSON lines on the local file system.
-
-The sink writes each reader's rows to a hidden temporary part and publishes it with an atomic
-rename when the task group finishes; a cancelled or failed attempt publishes nothing, so a
-restarted pipeline never leaves duplicates behind.
-"""
+"""LocalFile source: text, csv, json lines, Parquet, ORC, Excel and binary files on the local
+file system (formats in ``fileformats``), and what the source and the sink share (the sink is
+in ``localfile_sink``)."""
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
+import re
 from pathlib import Path
 
-from engine.connectors.base import Option, SinkPlugin, SinkWriter, SourcePlugin
+from engine.connectors.base import Option, SourcePlugin
 from engine.connectors.boundaries import Refused, resolve_file_path
+from engine.connectors.fileformats import (
+    BINARY_SCHEMA,
+    CODECS,
+    FORMATS,
+    arrow_schema_of,
+    records,
+    text_delimiter,
+)
 from engine.connectors.registry import register
-from engine.connectors.schema import Schema, parse_schema
+from engine.connectors.schema import Schema, convert, parse_schema
 
-FORMATS = ("csv", "json")
-#: The options of the source and the sink alike.
 FILE_FORMAT = Option("file_format_type", str, default="csv", choices=FORMATS)
-FIELD_DELIMITER = Option("field_delimiter", str, default=",")
+FIELD_DELIMITER = Option(
+    "field_delimiter", str, help="between fields (text and csv); default \\001 for text, , for csv"
+)
+ROW_DELIMITER = Option("row_delimiter", str, default="\n", help="between rows (text)")
+COMPRESS = Option("compress_codec", str, default="none", help="per format: see the docs")
+ENCODING = Option("encoding", str, default="UTF-8", help="of text, csv and json files")
+SHEET = Option("sheet_name", str, help="the Excel sheet (default: the first; Sheet1 written)")
 TMP_DIR = ".keel-tmp"
-
-
-def _convert(kind: str, value):
-    if value is None or value == "":
-        return None
-    if kind in ("int", "bigint"):
-        return int(value)
-    if kind in ("double", "float", "decimal"):
-        return float(value)
-    if kind == "boolean":
-        if isinstance(value, bool):
-            return value
-        return str(value).strip().lower() in ("true", "1", "t", "yes")
-    return str(value)
+#: SeaTunnel's options of both sides that Keel reads and writes one way only.
+ISO_DATES = "dates, times and timestamps are read and written in ISO 8601"
+COMMON_IGNORED = {
+    "date_format": ISO_DATES,
+    "datetime_format": ISO_DATES,
+    "time_format": ISO_DATES,
+    "xml_root_tag": "Keel has no xml format",
+    "xml_row_tag": "Keel has no xml format",
+    "xml_use_attr_format": "Keel has no xml format",
+}
 
 
 class LocalFile:
-    """The name of the LocalFile source and sink."""
+    """The name of the LocalFile source and sink, and the checks they share."""
 
     name = "LocalFile"
+    aliases = {"file_format": "file_format_type"}
+
+    @staticmethod
+    def check_format(config: dict) -> list[tuple[str, str]]:
+        fmt = config["file_format_type"]
+        errors = []
+        if config["field_delimiter"] is None:
+            config["field_delimiter"] = "\x01" if fmt == "text" else ","
+        delimiter = text_delimiter(config["field_delimiter"])
+        if fmt == "csv" and len(delimiter) != 1:
+            errors.append(("field_delimiter", "must be one character for csv"))
+        elif not delimiter:
+            errors.append(("field_delimiter", "must not be empty"))
+        codec = (config["compress_codec"] or "none").lower()
+        config["compress_codec"] = codec
+        if codec not in CODECS[fmt]:
+            hint = " (Keel has no LZO codec)" if codec == "lzo" else ""
+            errors.append(("compress_codec", f"{fmt} takes one of {', '.join(CODECS[fmt])}{hint}"))
+        return errors
 
 
 def within_roots(config: dict) -> Path:
     """The configured path, resolved, if it lies inside a file root (Refused otherwise). The
     plan keeps the resolved path, and the worker checks it again before it opens anything."""
-    resolved = resolve_file_path(config["path"])
+    path = config["path"]
+    if path.startswith("file://"):
+        path = path[len("file://") :]
+    resolved = resolve_file_path(path)
     config["path"] = str(resolved)
     return resolved
 
@@ -58,35 +83,86 @@ class LocalFileSource(LocalFile, SourcePlugin):
     options = (
         Option("path", str, required=True, help="a file, or a directory of files"),
         FILE_FORMAT,
-        Option("schema", dict, required=True, help="schema { fields { name = type } }"),
+        Option("schema", dict, help="schema { fields { name = type } } (Parquet, ORC: optional)"),
+        Option("read_columns", list, help="the fields to read, in this order (default: all)"),
         FIELD_DELIMITER,
+        ROW_DELIMITER,
         Option("skip_header_rows", int, default=0, min=0),
+        Option("csv_use_header_line", bool, default=False, help="csv: map fields by the header"),
+        Option("quote_char", str, default='"', help="csv"),
+        Option("escape_char", str, help="csv"),
+        Option("null_format", str, help="the text that stands for null (text, csv)"),
+        Option("file_filter_pattern", str, help="a regular expression file names must match"),
+        Option(
+            "parse_partition_from_path",
+            bool,
+            default=True,
+            help="fill fields named in k=v directories from the path",
+        ),
+        Option("binary_chunk_size", int, default=1024, min=1),
+        Option("binary_complete_file_mode", bool, default=False),
+        COMPRESS,
+        ENCODING,
+        SHEET,
     )
-    aliases = {"skip_header_row_number": "skip_header_rows"}
+    aliases = LocalFile.aliases | {
+        "skip_header_row_number": "skip_header_rows",
+        "delimiter": "field_delimiter",
+    }
+    ignored_options = COMMON_IGNORED | {
+        "archive_compress_codec": "archives are not opened; point path at the files",
+    }
 
     @classmethod
     def check(cls, config):
-        _, errors = parse_schema(config["schema"])
+        errors = cls.check_format(config)
+        fmt = config["file_format_type"]
+        if config["schema"] is not None:
+            errors += parse_schema(config["schema"])[1]
+        elif fmt not in ("parquet", "orc", "binary"):
+            errors.append(("schema", f"is required for {fmt} files"))
         try:
             path = within_roots(config)
         except Refused as exc:
             return [*errors, ("path", str(exc))]
+        if config.get("file_filter_pattern") is not None:
+            try:
+                re.compile(config.get("file_filter_pattern"))
+            except re.error as exc:
+                errors.append(("file_filter_pattern", f"not a regular expression: {exc}"))
+                return errors
         if not path.exists():
             errors.append(("path", f"no such file or directory: {path}"))
-        elif path.is_dir() and not any(p.is_file() for p in path.iterdir()):
+        elif path.is_dir() and not _files(path, config):
             errors.append(("path", f"the directory {path} holds no files"))
-        if len(config["field_delimiter"]) != 1:
-            errors.append(("field_delimiter", "must be one character"))
+        elif not errors and config["schema"] is None and fmt in ("parquet", "orc"):
+            first = _files(path, config)[0] if path.is_dir() else path
+            try:
+                config["schema"] = {"fields": dict(arrow_schema_of(first, fmt).fields)}
+            except Exception as exc:  # a file pyarrow cannot read: the user's input
+                errors.append(("path", f"{first} is not a {fmt} file: {exc}"))
+        if not errors and config.get("read_columns") is not None:
+            names = cls.full_schema(config).names
+            unknown = [c for c in config.get("read_columns") if c not in names]
+            if unknown:
+                errors.append(("read_columns", f"not in the schema: {', '.join(unknown)}"))
         return errors
 
+    @staticmethod
+    def full_schema(config: dict) -> Schema:
+        if config["file_format_type"] == "binary":
+            return BINARY_SCHEMA
+        return parse_schema(config["schema"])[0]
+
     def output_schema(self) -> Schema:
-        return parse_schema(self.config["schema"])[0]
+        schema = self.full_schema(self.config)
+        if self.config.get("read_columns"):
+            return schema.project(self.config.get("read_columns"))
+        return schema
 
     def files(self) -> list[Path]:
         path = resolve_file_path(self.config["path"])
-        if path.is_file():
-            return [path]
-        return sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        return [path] if path.is_file() else _files(path, self.config)
 
     def create_splits(self, mode: str) -> list[dict]:
         return [{"splitId": f"file-{i}", "path": str(p)} for i, p in enumerate(self.files())]
@@ -94,199 +170,81 @@ class LocalFileSource(LocalFile, SourcePlugin):
     def read(self, split: dict, offset: int, mode: str, batch_size: int):
         """Records of the file from ``offset`` (records, not lines: blank lines are skipped and
         a quoted CSV field may span lines). A record of the wrong width fails the task."""
-        schema = self.output_schema()
-        kinds = [kind for _, kind in schema.fields]
-        names = schema.names
-        width = len(kinds)
-        with open(split["path"], newline="", encoding="utf-8") as fh:
-            if self.config["file_format_type"] == "csv":
-                reader = csv.reader(fh, delimiter=self.config["field_delimiter"])
-                records = (r for r in reader if r)
-            else:
-                records = (json.loads(line) for line in fh if line.strip())
-            for _ in range(self.config["skip_header_rows"]):
-                if next(records, None) is None:
-                    return
-            batch = []
-            for number, record in enumerate(records):
-                if number < offset:
-                    continue
-                if isinstance(record, list):
-                    if len(record) != width:
-                        raise ValueError(
-                            f"{split['path']}: record {number + 1} has "
-                            f"{len(record)} fields, the schema {width}"
-                        )
-                    row = tuple(_convert(k, v) for k, v in zip(kinds, record, strict=True))
-                elif isinstance(record, dict):
-                    row = tuple(
-                        _convert(k, record.get(n)) for k, n in zip(kinds, names, strict=True)
-                    )
-                else:
-                    raise ValueError(f"{split['path']}: record {number + 1} is not an object")
-                batch.append(row)
-                if len(batch) >= batch_size:
-                    offset += len(batch)
-                    yield batch, offset
-                    batch = []
-            if batch:
+        convert_record = self.converter(Path(split["path"]))
+        source = records(Path(split["path"]), self.config, self.full_schema(self.config).names)
+        for _ in range(self.config["skip_header_rows"]):
+            if next(source, None) is None:
+                return
+        if self.config.get("csv_use_header_line") and self.config["file_format_type"] == "csv":
+            header = next(source, None)
+            if header is None:
+                return
+            source = (dict(zip(header, r, strict=False)) for r in source)
+        batch = []
+        for number, record in enumerate(source):
+            if number < offset:
+                continue
+            try:
+                batch.append(convert_record(record))
+            except (ValueError, TypeError, ArithmeticError) as exc:
+                raise ValueError(f"{split['path']}: record {number + 1}: {exc}") from None
+            if len(batch) >= batch_size:
                 offset += len(batch)
                 yield batch, offset
+                batch = []
+        if batch:
+            offset += len(batch)
+            yield batch, offset
+
+    def converter(self, path: Path):
+        """A function from one record to a row of the output schema."""
+        full = self.full_schema(self.config)
+        out = self.output_schema()
+        null = self.config.get("null_format")
+        partition = {}
+        if self.config.get("parse_partition_from_path"):
+            root = resolve_file_path(self.config["path"])
+            relative = path.parent.relative_to(root) if root.is_dir() else Path()
+            partition = dict(p.split("=", 1) for p in relative.parts if "=" in p)
+        from_path = [n for n in full.names if n in partition]
+        in_file = [n for n in full.names if n not in partition]
+        wanted = [(n, k) for n, k in out.fields]
+
+        def from_list(record: list) -> tuple:
+            if len(record) == len(full.names):
+                values = dict(zip(full.names, record, strict=True))
+            elif from_path and len(record) == len(in_file):
+                values = dict(zip(in_file, record, strict=True)) | partition
+            else:
+                raise ValueError(f"has {len(record)} fields, the schema {len(full.names)}")
+            return tuple(convert(k, values[n], null) for n, k in wanted)
+
+        def from_dict(record: dict) -> tuple:
+            return tuple(
+                convert(k, record[n] if n in record else partition.get(n), null) for n, k in wanted
+            )
+
+        def convert_record(record) -> tuple:
+            if isinstance(record, list):
+                return from_list(record)
+            if isinstance(record, dict):
+                return from_dict(record)
+            raise ValueError("is not an object")
+
+        return convert_record
 
 
-class LocalFileWriter(SinkWriter):
-    def __init__(self, config: dict, schema: Schema, context: dict) -> None:
-        self.directory = resolve_file_path(config["path"])
-        self.format = config["file_format_type"]
-        self.delimiter = config["field_delimiter"]
-        self.names = schema.names
-        ext = "csv" if self.format == "csv" else "jsonl"
-        part = (
-            f"part-{context.get('jobId', 0)}-{context.get('pipelineId', 0)}"
-            f"-{context.get('readerIndex', 0)}"
-        )
-        self.final = self.directory / f"{part}.{ext}"
-        tmp_dir = self.directory / TMP_DIR
-        tmp_dir.mkdir(parents=True, exist_ok=True)
-        self.tmp = tmp_dir / f"{part}.attempt-{context.get('attempt', 0)}.{ext}"
-        self.fh = open(self.tmp, "w", newline="", encoding="utf-8")
-        self.csv = csv.writer(self.fh, delimiter=self.delimiter) if self.format == "csv" else None
-        if self.csv is not None and config["header"]:
-            self.csv.writerow(self.names)
-
-    def write(self, rows: list[tuple]) -> None:
-        if self.csv is not None:
-            self.csv.writerows(rows)
-        else:
-            buf = io.StringIO()
-            for row in rows:
-                buf.write(json.dumps(dict(zip(self.names, row, strict=True)), default=str))
-                buf.write("\n")
-            self.fh.write(buf.getvalue())
-
-    def close(self) -> None:
-        self.fh.flush()
-        os.fsync(self.fh.fileno())
-        self.fh.close()
-        os.replace(self.tmp, self.final)  # publish atomically
-
-    def abort(self) -> None:
-        self.fh.close()
-        self.tmp.unlink(missing_ok=True)
-
-
-class CheckpointedLocalFileWriter(LocalFileWriter):
-    """A part per checkpoint: barrier N seals the rows written since N-1 into a pending part;
-    completion of N publishes it (a rename, so committing twice changes nothing). A new attempt
-    publishes the pending parts of the checkpoint it restores from and earlier, and discards the
-    rest: those rows are replayed from the checkpoint's offsets."""
-
-    def __init__(self, config: dict, schema: Schema, context: dict) -> None:
-        self.config = config
-        self.schema = schema
-        self.context = context
-        self.ext = "csv" if config["file_format_type"] == "csv" else "jsonl"
-        self.key = (
-            f"part-{context.get('jobId', 0)}-{context.get('pipelineId', 0)}"
-            f"-{context.get('readerIndex', 0)}"
-        )
-        directory = resolve_file_path(config["path"])
-        self.tmp_dir = directory / TMP_DIR
-        self.tmp_dir.mkdir(parents=True, exist_ok=True)
-        restored = context.get("restoredCheckpoint")
-        self._publish_upto(restored if restored is not None else -1)
-        for _, pending in self._pending_parts():
-            pending.unlink()
-        for stale in self.tmp_dir.glob(f"{self.key}.attempt-*"):
-            stale.unlink()
-        self.sealed = 0
-        self._open()
-
-    def _pending_parts(self) -> list[tuple[int, Path]]:
-        """(checkpoint id, path) of the parts sealed at a barrier and not published, in order."""
-        parts = [
-            (int(path.name.split(".ckpt-")[1].split(".")[0]), path)
-            for path in self.tmp_dir.glob(f"{self.key}.ckpt-*.{self.ext}")
-        ]
-        return sorted(parts)
-
-    def _publish_upto(self, checkpoint_id: int) -> None:
-        for number, pending in self._pending_parts():
-            if number <= checkpoint_id:
-                os.replace(pending, self.published(number))
-
-    def published(self, checkpoint_id: int) -> Path:
-        return Path(self.config["path"]) / f"{self.key}-{checkpoint_id:012d}.{self.ext}"
-
-    def pending(self, checkpoint_id: int) -> Path:
-        return self.tmp_dir / f"{self.key}.ckpt-{checkpoint_id}.{self.ext}"
-
-    def _open(self) -> None:
-        self.sealed += 1
-        self.tmp = self.tmp_dir / (
-            f"{self.key}.attempt-{self.context.get('attempt', 0)}-{self.sealed}.{self.ext}"
-        )
-        self.fh = open(self.tmp, "w", newline="", encoding="utf-8")
-        self.delimiter = self.config["field_delimiter"]
-        self.format = self.config["file_format_type"]
-        self.names = self.schema.names
-        self.csv = csv.writer(self.fh, delimiter=self.delimiter) if self.format == "csv" else None
-        if self.csv is not None and self.config["header"]:
-            self.csv.writerow(self.names)
-
-    def _seal(self) -> Path:
-        self.fh.flush()
-        os.fsync(self.fh.fileno())
-        self.fh.close()
-        return self.tmp
-
-    def prepare_commit(self, checkpoint_id: int) -> dict:
-        os.replace(self._seal(), self.pending(checkpoint_id))
-        self._open()
-        return {"checkpoint": checkpoint_id}
-
-    def commit(self, state: dict) -> None:
-        """Checkpoint N completed: publish its part and every earlier one still pending (a
-        rename each, so committing twice changes nothing)."""
-        self._publish_upto(state["checkpoint"])
-
-    def close(self) -> None:
-        """The reader ended. Checkpointed, it did so after committing its final checkpoint, so
-        what is left (parts of later barriers, rows since) is empty: published as before."""
-        self._publish_upto(2**62)
-        os.replace(self._seal(), Path(self.config["path"]) / f"{self.key}-end.{self.ext}")
-
-    def abort(self) -> None:
-        self.fh.close()
-        self.tmp.unlink(missing_ok=True)
-
-
-@register
-class LocalFileSink(LocalFile, SinkPlugin):
-    options = (
-        Option("path", str, required=True, help="the directory that receives the parts"),
-        FILE_FORMAT,
-        FIELD_DELIMITER,
-        Option("header", bool, default=False, help="write a header row (csv)"),
+def _files(directory: Path, config: dict) -> list[Path]:
+    """The files under ``directory`` (partition directories included), hidden ones and Keel's
+    staging directory left out, matching ``file_filter_pattern`` if set, in name order."""
+    pattern = (
+        re.compile(config.get("file_filter_pattern")) if config.get("file_filter_pattern") else None
     )
-    ignored_options = {
-        "is_enable_transaction": "each part is always published atomically, when its "
-        "checkpoint (or its reader) completes",
-    }
-
-    @classmethod
-    def check(cls, config):
-        try:
-            path = within_roots(config)
-        except Refused as exc:
-            return [("path", str(exc))]
-        if path.exists() and not path.is_dir():
-            return [("path", f"{path} exists and is not a directory")]
-        if len(config["field_delimiter"]) != 1:
-            return [("field_delimiter", "must be one character")]
-        return []
-
-    def writer(self, schema: Schema, context: dict) -> SinkWriter:
-        if context.get("checkpointing"):
-            return CheckpointedLocalFileWriter(self.config, schema, context)
-        return LocalFileWriter(self.config, schema, context)
+    found = []
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in names:
+            if name.startswith(".") or (pattern and not pattern.search(name)):
+                continue
+            found.append(Path(root) / name)
+    return sorted(found)

@@ -1,13 +1,15 @@
-"""Transforms: FieldMapper (select, rename and order fields) and Filter (keep or drop fields),
-as in SeaTunnel; RowFilter (keep rows whose field compares true to a value)."""
+"""Transforms: FieldMapper (select, rename and order fields), Filter (keep or drop fields), Copy,
+Replace and FilterRowKind, as in SeaTunnel; RowFilter (keep rows whose field compares true to a
+value). The Sql transform is in ``sql``."""
 
 from __future__ import annotations
 
 import operator
+import re
 
 from engine.connectors.base import Option, TransformPlugin
 from engine.connectors.registry import register
-from engine.connectors.schema import Schema
+from engine.connectors.schema import Schema, row_kind
 
 
 @register
@@ -44,6 +46,14 @@ class FieldMapper(TransformPlugin):
         return lambda rows: [getter(r) for r in rows]
 
 
+def include_or_exclude(config: dict, what: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """Which of ``include_<what>`` and ``exclude_<what>`` is set: exactly one must be."""
+    include, exclude = f"include_{what}", f"exclude_{what}"
+    if (config[include] is None) == (config[exclude] is None):
+        return None, [(include, f"set exactly one of {include} and {exclude}")]
+    return (include if config[include] is not None else exclude), []
+
+
 @register
 class Filter(TransformPlugin):
     name = "Filter"
@@ -54,9 +64,7 @@ class Filter(TransformPlugin):
 
     @classmethod
     def check(cls, config):
-        if (config["include_fields"] is None) == (config["exclude_fields"] is None):
-            return [("include_fields", "set exactly one of include_fields and exclude_fields")]
-        return []
+        return include_or_exclude(config, "fields")[1]
 
     def kept(self, schema: Schema) -> list[str]:
         include, exclude = self.config["include_fields"], self.config["exclude_fields"]
@@ -123,3 +131,130 @@ class RowFilter(TransformPlugin):
             return [r for r in rows if r[index] is not None and op(r[index], value)]
 
         return process
+
+
+@register
+class Copy(TransformPlugin):
+    """New fields copied from existing ones, appended: ``fields { copy = source }`` (or
+    SeaTunnel's older ``src_field`` and ``dest_field``)."""
+
+    name = "Copy"
+    options = (
+        Option("fields", dict, help="fields { new_field = existing_field }"),
+        Option("src_field", str, help="the field to copy (older form)"),
+        Option("dest_field", str, help="the new field's name (older form)"),
+    )
+
+    @classmethod
+    def check(cls, config):
+        if config["fields"] is None and (config["src_field"] is None or not config["dest_field"]):
+            return [("fields", "set fields { new = existing } (or src_field and dest_field)")]
+        bad = [k for k, v in (config["fields"] or {}).items() if not isinstance(v, str)]
+        return [(f"fields.{k}", "must name an existing field") for k in bad]
+
+    def copies(self) -> dict[str, str]:
+        copies = dict(self.config["fields"] or {})
+        if self.config["src_field"] is not None:
+            copies[self.config["dest_field"]] = self.config["src_field"]
+        return copies
+
+    def output_schema(self, schema: Schema) -> Schema:
+        types = dict(schema.fields)
+        for new, existing in self.copies().items():
+            if existing not in types:
+                raise ValueError(f"fields.{new}: unknown input field {existing}")
+            if new in types:
+                raise ValueError(f"fields.{new}: the input already has a field {new}")
+        return Schema(schema.fields + tuple((n, types[e]) for n, e in self.copies().items()))
+
+    def processor(self, schema: Schema):
+        picks = [schema.index(e) for e in self.copies().values()]
+        return lambda rows: [r + tuple(r[i] for i in picks) for r in rows]
+
+
+@register
+class Replace(TransformPlugin):
+    """Replace text in a string field: a literal or a regular expression, every match or the
+    first."""
+
+    name = "Replace"
+    options = (
+        Option("replace_field", str, required=True),
+        Option("pattern", str, required=True),
+        Option("replacement", str, required=True),
+        Option("is_regex", bool, default=False),
+        Option("replace_first", bool, default=False, help="only the first match"),
+    )
+
+    @classmethod
+    def check(cls, config):
+        if config["is_regex"]:
+            try:
+                re.compile(config["pattern"])
+            except re.error as exc:
+                return [("pattern", f"not a regular expression: {exc}")]
+        return []
+
+    def output_schema(self, schema: Schema) -> Schema:
+        field = self.config["replace_field"]
+        if field not in schema.names:
+            raise ValueError(f"replace_field: unknown input field {field}")
+        if dict(schema.fields)[field] != "string":
+            raise ValueError(f"replace_field: {field} is not a string field")
+        return schema
+
+    def processor(self, schema: Schema):
+        index, count = schema.index(self.config["replace_field"]), int(self.config["replace_first"])
+        if self.config["is_regex"]:
+            pattern = re.compile(self.config["pattern"])
+            replacement = re.sub(r"\$(\d)", r"\\\1", self.config["replacement"])  # Java's $1
+
+            def replace(value: str) -> str:
+                return pattern.sub(replacement, value, count=count)
+        else:
+            old, new = self.config["pattern"], self.config["replacement"]
+
+            def replace(value: str) -> str:
+                return value.replace(old, new, 1 if count else -1)
+
+        def process(rows):
+            return [
+                r if r[index] is None else (*r[:index], replace(r[index]), *r[index + 1 :])
+                for r in rows
+            ]
+
+        return process
+
+
+@register
+class FilterRowKind(TransformPlugin):
+    """Keep or drop rows by changelog kind. Keel's rows are INSERT unless a FakeSource ``rows``
+    entry says otherwise."""
+
+    name = "FilterRowKind"
+    options = (
+        Option("include_kinds", list, help="keep only rows of these kinds"),
+        Option("exclude_kinds", list, help="drop rows of these kinds"),
+    )
+
+    @classmethod
+    def check(cls, config):
+        from engine.connectors.fake import ROW_KINDS
+
+        option, errors = include_or_exclude(config, "kinds")
+        if errors:
+            return errors
+        unknown = [k for k in config[option] if str(k).upper() not in ROW_KINDS]
+        if unknown:
+            return [(option, f"unknown kinds {unknown} (known: {', '.join(ROW_KINDS)})")]
+        return []
+
+    def output_schema(self, schema: Schema) -> Schema:
+        return schema
+
+    def processor(self, schema: Schema):
+        include = self.config["include_kinds"] is not None
+        kinds = {
+            str(k).upper() for k in self.config["include_kinds" if include else "exclude_kinds"]
+        }
+        return lambda rows: [r for r in rows if (row_kind(r) in kinds) == include]

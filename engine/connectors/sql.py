@@ -1,0 +1,103 @@
+"""The Sql transform: SeaTunnel's ``query`` (a select list with expressions and functions, and a
+WHERE) over each batch, run by DuckDB on the batch as an Arrow table.
+
+The batch is the table ``dual`` (SeaTunnel's name) and also the transform's input stream name,
+so ``select ... from fake`` works as in older SeaTunnel configs. The output schema is what DuckDB
+answers for the query over an empty table of the input schema, found when the job is planned; a
+query DuckDB rejects is a 400 that quotes DuckDB's message. Functions are DuckDB's (most of
+SeaTunnel's have the same name there: ``upper``, ``concat``, ``regexp_replace``, ``abs``...).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+from engine.connectors.base import Option, TransformPlugin
+from engine.connectors.registry import register
+from engine.connectors.schema import Schema
+
+#: Statements other than a query are refused before DuckDB sees them.
+_QUERY = re.compile(r"^\s*(select|with)\b", re.IGNORECASE)
+#: DuckDB settings for a transform: no files, no extensions, bounded memory, one thread (the
+#: reader's: the data plane's parallelism is its readers).
+_SETTINGS = {
+    "threads": 1,
+    "memory_limit": "256MB",
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "lock_configuration": True,
+}
+
+
+def connect():
+    import duckdb
+
+    return duckdb.connect(":memory:", config=dict(_SETTINGS))
+
+
+@register
+class Sql(TransformPlugin):
+    name = "Sql"
+    options = (Option("query", str, required=True, help="select ... from dual [where ...]"),)
+
+    @classmethod
+    def check(cls, config):
+        if not _QUERY.match(config["query"]):
+            return [("query", "must be a SELECT (or WITH ... SELECT) query")]
+        if ";" in config["query"].strip().rstrip(";"):
+            return [("query", "must be one statement")]
+        return []
+
+    def table_names(self) -> list[str]:
+        names = ["dual"]
+        stream = self.config.get("plugin_input")
+        if stream and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", stream) and stream != "dual":
+            names.append(stream)
+        return names
+
+    def run(self, con, table):
+        for name in self.table_names():
+            con.register(name, table)
+        try:
+            return con.sql(self.config["query"].strip().rstrip(";")).to_arrow_table()
+        finally:
+            for name in self.table_names():
+                con.unregister(name)
+
+    def output_schema(self, schema: Schema) -> Schema:
+        import duckdb
+
+        from engine.connectors.arrowrows import arrow_schema, schema_of
+
+        con = connect()
+        try:
+            result = self.run(con, arrow_schema(schema).empty_table())
+        except duckdb.Error as exc:
+            message = str(exc).splitlines()[0]
+            raise ValueError(f"query: {message}") from None
+        finally:
+            con.close()
+        names = result.schema.names
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise ValueError(f"query: the result names {', '.join(duplicated)} more than once")
+        return schema_of(result.schema)
+
+    def processor(self, schema: Schema):
+        from engine.connectors.arrowrows import arrow_schema, rows_of, to_table
+
+        out = self.output_schema(schema)
+        arrow = arrow_schema(schema)
+        local = threading.local()  # a DuckDB connection is used by one thread at a time
+
+        def process(rows: list[tuple]) -> list[tuple]:
+            if not rows:
+                return []
+            con = getattr(local, "con", None)
+            if con is None:
+                con = local.con = connect()
+            return rows_of(self.run(con, to_table(rows, schema, arrow)), out)
+
+        return process

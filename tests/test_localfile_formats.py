@@ -1,0 +1,205 @@
+"""LocalFile reads and writes every format SeaTunnel's LocalFile has (text, csv, json,
+parquet, orc, excel, binary) with SeaTunnel's options, through the engine's data plane."""
+
+from __future__ import annotations
+
+import gzip
+from decimal import Decimal
+
+import pyarrow.parquet as pq
+import pytest
+from openpyxl import load_workbook
+from pyarrow import orc
+
+from engine.jobconfig import ConfigError
+from engine.jobs.planner import plan_job
+from engine.member.dataplane import instantiate
+from tests.localrun import run_batch
+
+ROWS = 40
+#: FakeSource's rows for this schema: id i, name "name-i", score i * 0.5, price i * 0.5 as a
+#: decimal(10, 2), a timestamp i seconds after 2024-01-01.
+SCHEMA = """schema { fields {
+    id = bigint, name = string, score = double, price = "decimal(10, 2)", at = timestamp,
+    tags = "array<string>", attrs = "map<string, int>" } }"""
+
+
+def fake(extra: str = "") -> str:
+    return f"source {{ FakeSource {{ row.num = {ROWS}, split.num = 2, {SCHEMA} {extra} }} }}"
+
+
+def job(sink: str, source: str | None = None) -> str:
+    return f"env {{ job.mode = BATCH, parallelism = 2 }}\n{source or fake()}\nsink {{ {sink} }}"
+
+
+def source_rows() -> list[dict]:
+    """The rows FakeSource makes for SCHEMA, read through the planned source."""
+    plan = plan_job(job("Blackhole {}"), None, {})
+    source = instantiate(plan.pipelines[0].source.to_json())
+    names = source.output_schema().names
+    rows = []
+    for split in source.create_splits("BATCH"):
+        for batch, _ in source.read(split, 0, "BATCH", 1000):
+            rows += [dict(zip(names, r, strict=True)) for r in batch]
+    return rows
+
+
+@pytest.mark.parametrize("fmt,codec", [("parquet", "snappy"), ("orc", "zlib"), ("parquet", "none")])
+def test_parquet_and_orc_parts_read_back_exactly(tmp_path, fmt, codec):
+    out = tmp_path / "out"
+    result = run_batch(
+        job(f'LocalFile {{ path = "{out}", file_format_type = {fmt}, compress_codec = {codec} }}')
+    )
+    assert result["written"] == 2 * ROWS
+    parts = sorted(out.glob(f"part-*.{fmt}"))
+    assert len(parts) == 2
+    if fmt == "parquet":
+        read = [r for p in parts for r in pq.read_table(p).to_pylist()]
+    else:
+        read = [r for p in parts for r in orc.read_table(p).to_pylist()]
+    expected = source_rows()
+    for row in read:
+        row["at"] = row["at"].isoformat()
+        row["attrs"] = dict(row["attrs"])
+    for row in expected:
+        row["at"] = row["at"].replace("+00:00", "")
+    assert sorted(read, key=lambda r: r["id"]) == sorted(expected, key=lambda r: r["id"])
+    assert isinstance(read[0]["price"], Decimal)
+
+
+def test_a_parquet_directory_is_read_with_the_schema_it_declares(tmp_path):
+    out = tmp_path / "out"
+    run_batch(job(f'LocalFile {{ path = "{out}", file_format_type = parquet }}'))
+    back = tmp_path / "back"
+    result = run_batch(
+        job(
+            f'LocalFile {{ path = "{back}", file_format_type = json }}',
+            source=f'source {{ LocalFile {{ path = "{out}", file_format_type = parquet,'
+            " read_columns = [id, price] } }",
+        )
+    )
+    assert result["received"] == 2 * ROWS
+    lines = [ln for p in back.glob("*.jsonl") for ln in p.read_text().splitlines()]
+    assert sorted(lines)[0] == '{"id": 0, "price": "0.00"}'
+    assert len(lines) == 2 * ROWS
+
+
+def test_text_with_delimiters_header_sink_columns_and_gzip_round_trips(tmp_path):
+    out = tmp_path / "out"
+    run_batch(
+        job(
+            f'LocalFile {{ path = "{out}", file_format_type = text, field_delimiter = "|",'
+            ' row_delimiter = "\\n", sink_columns = [name, id], compress_codec = gzip }'
+        )
+    )
+    parts = sorted(out.glob("part-*.txt"))
+    lines = [ln for p in parts for ln in gzip.decompress(p.read_bytes()).decode().splitlines()]
+    assert sorted(lines, key=lambda ln: int(ln.split("|")[1]))[:2] == ["name-0|0", "name-1|1"]
+    back = tmp_path / "back"
+    result = run_batch(
+        job(
+            f'LocalFile {{ path = "{back}", file_format_type = csv }}',
+            source=f'source {{ LocalFile {{ path = "{out}", file_format_type = text,'
+            ' field_delimiter = "|", compress_codec = gzip,'
+            " schema { fields { name = string, id = bigint } } } }",
+        )
+    )
+    assert result["received"] == 2 * ROWS
+
+
+def test_text_defaults_to_seatunnel_s_control_a_delimiter(tmp_path):
+    out = tmp_path / "out"
+    run_batch(job(f'LocalFile {{ path = "{out}", file_format = text, sink_columns = [id, name] }}'))
+    text = "".join(p.read_text() for p in out.glob("part-*.txt"))
+    assert "0\x01name-0\n" in text
+
+
+def test_partitions_custom_file_names_and_excel(tmp_path):
+    out = tmp_path / "out"
+    source = fake().replace("row.num", "string.length = 6, row.num")
+    run_batch(
+        job(
+            f'LocalFile {{ path = "{out}", file_format_type = excel, have_partition = true,'
+            ' partition_by = [score], partition_dir_expression = "${k0}=${v0}",'
+            " is_partition_field_write_in_file = false, sink_columns = [id, score],"
+            ' custom_filename = true, file_name_expression = "${transactionId}_${now}",'
+            ' filename_time_format = "yyyyMMdd", enable_header_write = true,'
+            ' sheet_name = "rows" }',
+            source=source,
+        )
+    )
+    directories = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+    assert directories[:3] == ["score=0.0", "score=0.5", "score=1.0"]
+    assert len(directories) == 2 * ROWS
+    (part,) = (out / "score=1.0").glob("*.xlsx")
+    assert part.name.startswith("part-1-1-") and part.name.count("_") == 1
+    sheet = load_workbook(part)["rows"]
+    assert [list(r) for r in sheet.iter_rows(values_only=True)] == [["id"], [2]]
+
+
+def test_binary_files_are_copied_byte_for_byte(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    payload = bytes(range(256)) * 9
+    (src / "a.bin").write_bytes(payload)
+    (src / "b.dat").write_bytes(b"small")
+    out = tmp_path / "out"
+    result = run_batch(
+        job(
+            f'LocalFile {{ path = "{out}", file_format_type = binary }}',
+            source=f'source {{ LocalFile {{ path = "{src}", file_format_type = binary,'
+            " binary_chunk_size = 1000 } }",
+        )
+    )
+    assert result["received"] == 4  # 3 chunks and 1
+    assert (out / "a.bin").read_bytes() == payload
+    assert (out / "b.dat").read_bytes() == b"small"
+
+
+def test_csv_source_options(tmp_path):
+    src = tmp_path / "src"
+    (src / "day=2024-01-02").mkdir(parents=True)
+    (src / "day=2024-01-02" / "a.csv").write_text("name;id\n'x;y';1\nNULL;2\n")
+    (src / "skip.txt").write_text("not,this\n")
+    out = tmp_path / "out"
+    run_batch(
+        job(
+            f'LocalFile {{ path = "{out}", file_format_type = json }}',
+            source=f'source {{ LocalFile {{ path = "{src}", file_format_type = csv,'
+            ' delimiter = ";", quote_char = "\'", csv_use_header_line = true,'
+            ' null_format = "NULL", file_filter_pattern = "\\\\.csv$",'
+            " schema { fields { id = int, name = string, day = date } } } }",
+        )
+    )
+    lines = sorted(ln for p in out.glob("*.jsonl") for ln in p.read_text().splitlines())
+    assert lines == [
+        '{"id": 1, "name": "x;y", "day": "2024-01-02"}',
+        '{"id": 2, "name": null, "day": "2024-01-02"}',
+    ]
+
+
+@pytest.mark.parametrize(
+    "options,path,message",
+    [
+        ("file_format_type = orc, compress_codec = lzo", "compress_codec", "no LZO codec"),
+        ("file_format_type = xml", "file_format_type", "must be one of"),
+        ("sink_columns = [nope]", "sink_columns", "not in the sink's input: nope"),
+        ("have_partition = true", "partition_by", "needs the fields"),
+    ],
+)
+def test_bad_sink_options_name_the_option(tmp_path, options, path, message):
+    with pytest.raises(ConfigError) as caught:
+        run_batch(job(f'LocalFile {{ path = "{tmp_path}", {options} }}'))
+    errors = caught.value.errors
+    assert any(e["path"].endswith(path) and message in e["message"] for e in errors), errors
+
+
+def test_options_without_effect_are_accepted_with_a_warning(tmp_path):
+    result = run_batch(
+        job(
+            f'LocalFile {{ path = "{tmp_path}", is_enable_transaction = true,'
+            ' tmp_path = "/tmp/x", date_format = "yyyy-MM-dd", batch_size = 10 }'
+        )
+    )
+    warned = {w["path"].rsplit(".", 1)[1] for w in result["warnings"]}
+    assert {"is_enable_transaction", "tmp_path", "date_format", "batch_size"} <= warned
