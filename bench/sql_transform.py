@@ -25,10 +25,13 @@ source { FakeSource { plugin_output = fake, row.num = 100000,
   schema { fields { id = bigint, name = string, score = double, flag = boolean } } } }
 """
 TRANSFORMS = {
-    "FieldMapper": "FieldMapper { plugin_input = fake, plugin_output = t, field_mapper { id = id, name = label } }",
-    "Sql": 'Sql { plugin_input = fake, plugin_output = t, query = "select id, name as label from dual" }',
-    "Sql (computed, WHERE)": 'Sql { plugin_input = fake, plugin_output = t, query = "select id, upper(name) as'
-    ' label, score * 2 as double_score from dual where id % 2 = 0" }',
+    "FieldMapper": "FieldMapper { plugin_input = fake, plugin_output = t,"
+    " field_mapper { id = id, name = label } }",
+    "Sql": "Sql { plugin_input = fake, plugin_output = t,"
+    ' query = "select id, name as label from dual" }',
+    "Sql (computed, WHERE)": "Sql { plugin_input = fake, plugin_output = t,"
+    ' query = "select id, upper(name) as label, score * 2 as double_score from dual'
+    ' where id % 2 = 0" }',
 }
 
 
