@@ -4,6 +4,8 @@ and the sink sessions they write on."""
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 import uuid as uuidlib
 
 import psycopg
@@ -11,7 +13,7 @@ from psycopg import sql
 
 from engine.connectors.base import SinkWriter
 from engine.connectors.pg import connect, split_table, table_ident
-from engine.connectors.schema import Schema
+from engine.connectors.schema import Schema, jsonable, kind_args
 
 #: A sink session never waits long or hangs: a lock held by a stuck session, a statement, or a
 #: transaction its (frozen) worker left open each end within these.
@@ -119,13 +121,76 @@ def _insert_from(
     )
 
 
+#: ``field_ide``: how incoming field names become the table's column names.
+FIELD_IDE = {"ORIGINAL": str, "UPPERCASE": str.upper, "LOWERCASE": str.lower}
+#: A custom sink ``query`` is one statement that changes rows.
+QUERY_STATEMENT = re.compile(r"^\s*(insert|update|delete|merge)\b", re.IGNORECASE)
+_QUOTED_OR_MARK = re.compile(r"'(?:[^']|'')*'|\?|%")
+#: A custom query's staging columns, by field type (complex values are staged as JSON text).
+STAGE_TYPES = {
+    "tinyint": "smallint",
+    "smallint": "smallint",
+    "int": "integer",
+    "bigint": "bigint",
+    "float": "real",
+    "double": "double precision",
+    "decimal": "numeric",
+    "boolean": "boolean",
+    "bytes": "bytea",
+    "date": "date",
+    "time": "time",
+    "timestamp": "timestamptz",
+}
+
+
+def target_columns(config: dict, schema: Schema) -> list[str]:
+    return [FIELD_IDE[config.get("field_ide") or "ORIGINAL"](n) for n in schema.names]
+
+
+def upsert_keys(config: dict) -> list[str]:
+    return (config.get("primary_keys") or []) if config.get("enable_upsert", True) else []
+
+
+def placeholders(query: str) -> int:
+    """The ``?`` of a custom query, outside its string literals."""
+    return sum(1 for m in _QUOTED_OR_MARK.finditer(query) if m.group() == "?")
+
+
+def custom_statement(query: str) -> str:
+    """SeaTunnel's JDBC placeholders (``?``) as psycopg's; literal ``%`` kept."""
+    marks = {"?": "%s", "%": "%%"}
+    return _QUOTED_OR_MARK.sub(lambda m: marks.get(m.group(), m.group()), query.strip().rstrip(";"))
+
+
+def staged(schema: Schema):
+    """A function that makes a row fit the staging table (complex values as JSON)."""
+    complex_at = [
+        (i, kind) for i, kind in enumerate(schema.kinds) if kind_args(kind)[0] not in STAGE_TYPES
+    ]
+    if not complex_at:
+        return lambda row: row
+
+    def fit(row: tuple) -> tuple:
+        out = list(row)
+        for i, kind in complex_at:
+            if out[i] is not None and kind != "string":
+                out[i] = json.dumps(jsonable(kind, out[i]))
+        return tuple(out)
+
+    return fit
+
+
 class JdbcWriter(SinkWriter):
     """At-least-once writer (no checkpoints): each batch is COPYed into a temporary table and
     upserted (or inserted) at once."""
 
     def __init__(self, config: dict, schema: Schema, context: dict) -> None:
         self.conn = connect_sink(config, context, writer_key(context))
-        self.columns = schema.names
+        self.custom = custom_statement(config["query"]) if config.get("query") else None
+        if self.custom:
+            self.fit = staged(schema)
+            return
+        self.columns = target_columns(config, schema)
         table = table_ident(config["table"])
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
         self.conn.execute(
@@ -142,11 +207,16 @@ class JdbcWriter(SinkWriter):
             sql.SQL("true"),
             sql.SQL("ctid"),
             self.columns,
-            config["primary_keys"] or [],
+            upsert_keys(config),
         )
         self.copy = sql.SQL("COPY keel_stage ({cols}) FROM STDIN").format(cols=cols)
 
     def write(self, rows: list[tuple]) -> None:
+        if self.custom:
+            with self.conn.cursor() as cur:
+                cur.executemany(self.custom, [self.fit(r) for r in rows])
+            self.conn.commit()
+            return
         with self.conn.cursor() as cur:
             with cur.copy(self.copy) as copy:
                 for row in rows:
@@ -175,14 +245,22 @@ class ExactlyOnceJdbcWriter(SinkWriter):
     def __init__(self, config: dict, schema: Schema, context: dict) -> None:
         self.writer = writer_key(context)
         self.conn = connect_sink(config, context, self.writer)
-        self.columns = schema.names
-        self.keys = config["primary_keys"] or []
-        schema_name, name = split_table(config["table"])
-        self.table = sql.Identifier(schema_name, name)
+        self.custom = custom_statement(config["query"]) if config.get("query") else None
+        self.fit = staged(schema) if self.custom else (lambda row: row)
+        self.keys = upsert_keys(config)
+        if self.custom:  # a stage of the incoming fields, shared by the query's writers
+            self.columns = schema.names
+            digest = hashlib.blake2b(config["query"].encode(), digest_size=8).hexdigest()
+            schema_name, name = "public", f"keel_query_{digest}"
+            self.table = None
+        else:
+            self.columns = target_columns(config, schema)
+            schema_name, name = split_table(config["table"])
+            self.table = sql.Identifier(schema_name, name)
         self.stage = sql.Identifier(schema_name, f"{name}__keel_stage")
         self.cols = sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
         fence_older_attempts(self.conn, self.writer, context.get("attempt", 0))
-        self._ensure_stage(schema_name, name)
+        self._ensure_stage(schema_name, name, schema)
         restored = context.get("restoredCheckpoint")
         if restored is not None:
             self._commit_upto(restored)
@@ -198,7 +276,7 @@ class ExactlyOnceJdbcWriter(SinkWriter):
             stage=self.stage, cols=self.cols
         )
 
-    def _ensure_stage(self, schema_name: str, name: str) -> None:
+    def _ensure_stage(self, schema_name: str, name: str, schema: Schema) -> None:
         """Create the staging table once. DDL takes an exclusive lock, so it runs only when
         something is missing: never queued behind another writer's open COPY."""
         present = self.conn.execute(
@@ -215,11 +293,24 @@ class ExactlyOnceJdbcWriter(SinkWriter):
         self.conn.execute(
             "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"keel-stage:{schema_name}.{name}",)
         )
-        self.conn.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {stage} AS SELECT {cols} FROM {t} WITH NO DATA"
-            ).format(stage=self.stage, cols=self.cols, t=self.table)
-        )
+        if self.table is None:
+            typed = sql.SQL(", ").join(
+                sql.SQL("{c} {t}").format(
+                    c=sql.Identifier(c), t=sql.SQL(STAGE_TYPES.get(kind_args(k)[0], "text"))
+                )
+                for c, k in zip(self.columns, schema.kinds, strict=True)
+            )
+            self.conn.execute(
+                sql.SQL("CREATE TABLE IF NOT EXISTS {stage} ({typed})").format(
+                    stage=self.stage, typed=typed
+                )
+            )
+        else:
+            self.conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {stage} AS SELECT {cols} FROM {t} WITH NO DATA"
+                ).format(stage=self.stage, cols=self.cols, t=self.table)
+            )
         for ddl in (
             "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_writer text",
             "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_checkpoint bigint",
@@ -231,7 +322,7 @@ class ExactlyOnceJdbcWriter(SinkWriter):
     def write(self, rows: list[tuple]) -> None:
         with self.conn.cursor() as cur, cur.copy(self.copy) as copy:
             for row in rows:
-                copy.write_row((*row, self.writer))
+                copy.write_row((*self.fit(row), self.writer))
         self.conn.commit()
 
     def prepare_commit(self, checkpoint_id: int) -> dict:
@@ -262,17 +353,25 @@ class ExactlyOnceJdbcWriter(SinkWriter):
             cur.execute(
                 "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"keel-commit:{self.writer}",)
             )
-            cur.execute(
-                _insert_from(
-                    self.table,
-                    self.cols,
-                    self.stage,
-                    where,
-                    sql.Identifier("keel_seq"),
-                    self.columns,
-                    self.keys,
+            if self.custom:
+                cur.execute(
+                    sql.SQL("SELECT {cols} FROM {stage} WHERE {w} ORDER BY keel_seq").format(
+                        cols=self.cols, stage=self.stage, w=where
+                    )
                 )
-            )
+                cur.executemany(self.custom, cur.fetchall())
+            else:
+                cur.execute(
+                    _insert_from(
+                        self.table,
+                        self.cols,
+                        self.stage,
+                        where,
+                        sql.Identifier("keel_seq"),
+                        self.columns,
+                        self.keys,
+                    )
+                )
             cur.execute(sql.SQL("DELETE FROM {stage} WHERE {w}").format(stage=self.stage, w=where))
         self.conn.commit()
 

@@ -28,6 +28,28 @@ PG_TYPES = {
     "jsonb": "string",
 }
 INTEGER_TYPES = ("smallint", "integer", "bigint")
+#: The same types by the names of their OIDs (a query's columns, from its description).
+PG_TYPE_NAMES = {
+    "int2": "int",
+    "int4": "int",
+    "int8": "bigint",
+    "text": "string",
+    "varchar": "string",
+    "bpchar": "string",
+    "name": "string",
+    "float8": "double",
+    "float4": "float",
+    "numeric": "decimal",
+    "bool": "boolean",
+    "date": "string",
+    "timestamp": "timestamp",
+    "timestamptz": "timestamp",
+    "uuid": "string",
+    "json": "string",
+    "jsonb": "string",
+    "bytea": "bytes",
+}
+INTEGER_TYPE_NAMES = ("int2", "int4", "int8")
 
 
 def credentials(config: dict) -> tuple[str, str, str, bool]:
@@ -71,8 +93,43 @@ def connect(config: dict, application_name: str = "keel-jdbc", **kwargs) -> psyc
 
 
 def split_table(name: str) -> tuple[str, str]:
+    """``schema.table`` (or ``table``: public), as SeaTunnel's ``table``; a ``table_path`` of
+    ``database.schema.table`` is reduced to this when the job is planned."""
     schema, _, table = name.rpartition(".")
     return schema or "public", table
+
+
+def database_name(config: dict) -> str:
+    """The database the job's url (or named connection) names."""
+    from engine.connectors.boundaries import parse_url
+
+    return parse_url(credentials(config)[0])["dbname"]
+
+
+def user_sql(text: str) -> sql.SQL:
+    """A job's own SQL (a source ``query``, a ``where_condition``) as a fragment of a statement
+    that also takes parameters: its ``%`` are literal. It runs in a read-only transaction."""
+    return sql.SQL(text.strip().rstrip(";").replace("%", "%%"))
+
+
+def read_only(conn: psycopg.Connection) -> psycopg.Connection:
+    """Every statement of a source session runs in a read-only transaction: a job's query can
+    read its database, never change it."""
+    conn.read_only = True
+    return conn
+
+
+def query_columns(conn: psycopg.Connection, rows: sql.Composable) -> list[tuple[str, str]]:
+    """(name, type name) of the columns of ``rows`` (``(SELECT ...) AS alias``), without
+    reading any row."""
+    with conn.cursor() as cur:
+        cur.execute(sql.SQL("SELECT * FROM {rows} LIMIT 0").format(rows=rows), ())
+        out = []
+        for column in cur.description:
+            info = psycopg.postgres.types.get(column.type_code)
+            out.append((column.name, info.name if info else str(column.type_code)))
+    conn.rollback()
+    return out
 
 
 def table_columns(conn: psycopg.Connection, table: str) -> list[tuple[str, str]]:
