@@ -141,9 +141,11 @@ def _one(value: Any) -> Any:
 
 
 def validate_block(
-    plugin: type[Plugin], block: PluginBlock
+    plugin: type[Plugin], block: PluginBlock, check: bool = True
 ) -> tuple[dict | None, list[dict], list[dict]]:
-    """Validate a block's options against ``plugin``: (config, errors, warnings)."""
+    """Validate a block's options against ``plugin``: (config, errors, warnings). With
+    ``check`` false, the plugin's own cross-option checks are left to the caller (a block
+    whose options name the table they are planned for)."""
     options, errors = _unalias(plugin, block)
     warnings: list[dict] = []
     block = replace(block, options=options)
@@ -172,7 +174,7 @@ def validate_block(
             warnings.append({"path": f"{block.path}.{leaf}", "message": f"no effect: {why}"})
             continue
         errors.append(_error(block, leaf, f"unknown option for {plugin.name}"))
-    if not errors:
+    if not errors and check:
         errors += [_error(block, name, message) for name, message in plugin.check(config)]
     return (None if errors else config), errors, warnings
 

@@ -152,6 +152,11 @@ class FakeSource(SourcePlugin):
         Option("bytes.length", int, default=5, min=1, help="length of every bytes value"),
         Option("array.size", int, default=5, min=0, help="items of every array"),
         Option("map.size", int, default=5, min=0, help="entries of every map"),
+        Option(
+            "tables_configs",
+            list,
+            help="[{ schema { table, fields }, row.num ... }]: a pipeline each",
+        ),
         RowsOption(
             "rows", list, help="the rows each split emits: [{kind = INSERT, fields = [...]}]"
         ),

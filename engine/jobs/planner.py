@@ -16,6 +16,7 @@ from django.conf import settings
 from engine.connectors import get_plugin, plugin_names, validate_block
 from engine.connectors.base import Option
 from engine.jobconfig import SECTIONS, ConfigError, PluginBlock, parse_job_config
+from engine.jobs.multitable import mentions_table, per_table
 from engine.states import JobMode
 
 ENV_OPTIONS = (
@@ -239,7 +240,8 @@ def _plan_node(block: PluginBlock, errors: list[dict], warnings: list[dict]) -> 
             error["line"] = block.line
         errors.append(error)
         return None
-    config, block_errors, block_warnings = validate_block(plugin, block)
+    deferred = block.section != "source" and mentions_table(block.options)
+    config, block_errors, block_warnings = validate_block(plugin, block, check=not deferred)
     errors += block_errors
     warnings += block_warnings
     if config is None:
@@ -337,9 +339,12 @@ def _pipelines(sources, transforms, sinks, plugins, errors) -> list[PipelinePlan
                 {"path": f"{source.path}", "message": "no sink consumes this source's output"}
             )
             continue
-        plan = PipelinePlan(source=source, transforms=members, sinks=outs)
-        _propagate_schema(plan, plugins, errors)
-        pipelines.append(plan)
+        for table_source, table_members, table_outs in per_table(
+            source, members, outs, plugins, errors
+        ):
+            plan = PipelinePlan(source=table_source, transforms=table_members, sinks=table_outs)
+            _propagate_schema(plan, plugins, errors)
+            pipelines.append(plan)
     for t in transforms:
         if not any(root(k) is root(t) for k in sinks):
             errors.append({"path": t.path, "message": "no sink consumes this transform's output"})
