@@ -11,10 +11,10 @@ from engine.member.dataplane import instantiate, run_reader
 from engine.states import JobMode
 
 
-def run_batch(config_text: str, job_id: int = 1) -> dict:
+def run_batch(config_text: str, job_id: int = 1, variables: dict | None = None) -> dict:
     """Plan ``config_text`` (ConfigError if invalid) and run each pipeline's readers in turn;
     returns {"received": rows read, "written": rows written, "warnings": the plan's}."""
-    plan = plan_job(config_text, None, {})
+    plan = plan_job(config_text, None, variables or {})
     assert plan.mode == JobMode.BATCH
     totals = {"received": 0, "written": 0, "warnings": plan.warnings}
     for pipeline_id, pipeline in enumerate(plan.pipelines, start=1):

@@ -72,7 +72,9 @@ def _arrow_value(kind: str, value):
         return date.fromisoformat(value) if isinstance(value, str) else value
     if base == "time":
         return time.fromisoformat(value) if isinstance(value, str) else value
-    if base == "decimal" and args:
+    if base == "decimal":  # without a precision, a decimal is a double (PostgreSQL's numeric)
+        if not args:
+            return float(value)
         return value if isinstance(value, Decimal) else Decimal(str(value))
     if base == "array":
         return [_arrow_value(args[0], v) for v in value]

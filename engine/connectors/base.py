@@ -169,14 +169,23 @@ def validate_block(
             continue
         if any(name.startswith(f"{leaf}.") for name in known):
             continue  # a dotted option written as an (empty) object
-        if leaf in plugin.ignored_options:
-            why = plugin.ignored_options[leaf]
+        ignored = _ignored(plugin, leaf)
+        if ignored is not None:
+            why = plugin.ignored_options[ignored]
             warnings.append({"path": f"{block.path}.{leaf}", "message": f"no effect: {why}"})
             continue
         errors.append(_error(block, leaf, f"unknown option for {plugin.name}"))
     if not errors and check:
         errors += [_error(block, name, message) for name, message in plugin.check(config)]
     return (None if errors else config), errors, warnings
+
+
+def _ignored(plugin: type[Plugin], leaf: str) -> str | None:
+    """The ignored option ``leaf`` is, or lies inside (``properties.useSSL``)."""
+    for name in plugin.ignored_options:
+        if leaf == name or leaf.startswith(f"{name}."):
+            return name
+    return None
 
 
 def _error(block: PluginBlock, option: str, message: str) -> dict:
