@@ -203,3 +203,20 @@ def test_options_without_effect_are_accepted_with_a_warning(tmp_path):
     )
     warned = {w["path"].rsplit(".", 1)[1] for w in result["warnings"]}
     assert {"is_enable_transaction", "tmp_path", "date_format", "batch_size"} <= warned
+
+
+def test_a_partition_value_never_leads_out_of_the_sink_s_path(tmp_path):
+    out = tmp_path / "out"
+    source = """source { FakeSource { schema { fields { id = int, name = string } }, rows = [
+      { fields = [1, "../up"] }, { fields = [2, ".."] }, { fields = [3, "a/b"] },
+      { fields = [4, null] } ] } }"""
+    run_batch(
+        job(
+            f'LocalFile {{ path = "{out}", file_format_type = json, have_partition = true,'
+            ' partition_by = [name], partition_dir_expression = "${v0}" }',
+            source=source,
+        )
+    )
+    directories = sorted(p.name for p in out.iterdir() if p.name != ".keel-tmp")
+    assert directories == ["%2E.", "%2E.%2Fup", "__HIVE_DEFAULT_PARTITION__", "a%2Fb"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -45,6 +45,15 @@ def java_time_format(pattern: str) -> str:
     return "".join(out)
 
 
+def partition_value(value) -> str:
+    """A value as a directory name: Hive's escaping of the characters a path gives meaning to
+    (``/``, ``%``, a leading dot), so a row can never lead a part out of the sink's path nor
+    hide it from a reader (which skips hidden directories)."""
+    text = "__HIVE_DEFAULT_PARTITION__" if value is None else str(value)
+    text = text.replace("%", "%25").replace("/", "%2F").replace("\\", "%5C")
+    return "%2E" + text[1:] if text.startswith(".") else text
+
+
 class Layout:
     """Where a sink's rows go: which columns, which partition directory, which file name."""
 
@@ -77,7 +86,7 @@ class Layout:
 
     def partition_dir(self, row: tuple) -> str:
         expression = self.config.get("partition_dir_expression")
-        values = [row[i] for i in self.partition_picks]
+        values = [partition_value(row[i]) for i in self.partition_picks]
         if not expression:
             parts = [f"{k}={v}" for k, v in zip(self.partition_by, values, strict=True)]
             return "/".join(parts)
@@ -132,7 +141,9 @@ class LocalFileWriter(SinkWriter):
     def part(self, partition: str) -> PartFile:
         if partition not in self.parts:
             self.opened += 1
-            directory = self.tmp_dir / partition if partition else self.tmp_dir
+            directory = (self.tmp_dir / partition).resolve() if partition else self.tmp_dir
+            if not directory.is_relative_to(self.tmp_dir.resolve()):
+                raise ValueError(f"{partition!r} leaves the sink's path")
             directory.mkdir(parents=True, exist_ok=True)
             tmp = directory / (
                 f"{self.layout.key}.attempt-{self.context.get('attempt', 0)}-{self.opened}"
