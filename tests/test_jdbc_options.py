@@ -93,6 +93,16 @@ def test_a_custom_sink_query_runs_for_every_row(db):
     [
         ('query = "delete from src"', "query", "must be one SELECT (or WITH ... SELECT) statement"),
         (
+            'query = "select 1 as id) as x; commit; delete from src; select (1"',
+            "query",
+            "multiple commands",
+        ),
+        (
+            'table = src, where_condition = "true) as x; commit; delete from src; select (1"',
+            "where_condition",
+            "multiple commands",
+        ),
+        (
             'query = "with d as (delete from src returning *) select * from d"',
             "query",
             "data-modifying statement",
@@ -111,6 +121,7 @@ def test_bad_source_options_are_400s_that_name_them(db, source, path, message):
         )
     errors = caught.value.errors
     assert any(e["path"].endswith(path) and message in e["message"] for e in errors), errors
+    assert count(db[2], "SELECT count(*) FROM src") == 1000  # nothing was written
 
 
 def test_a_custom_query_s_placeholders_must_match_the_fields(db):

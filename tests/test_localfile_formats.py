@@ -220,3 +220,75 @@ def test_a_partition_value_never_leads_out_of_the_sink_s_path(tmp_path):
     directories = sorted(p.name for p in out.iterdir() if p.name != ".keel-tmp")
     assert directories == ["%2E.", "%2E.%2Fup", "__HIVE_DEFAULT_PARTITION__", "a%2Fb"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_link_out_of_the_roots_is_neither_read_nor_written_through(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ok.csv").write_text("1\n")
+    (src / "secret.csv").symlink_to("/etc/hostname")
+    with pytest.raises(ConfigError) as caught:
+        run_batch(
+            job(
+                f'LocalFile {{ path = "{tmp_path}/out" }}',
+                source=f'source {{ LocalFile {{ path = "{src}",'
+                " schema { fields { a = string } } } }",
+            )
+        )
+    assert "outside the file roots" in str(caught.value)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".keel-tmp").symlink_to("/etc")
+    with pytest.raises(Exception, match="outside the file roots"):
+        run_batch(job(f'LocalFile {{ path = "{out}" }}'))
+
+
+def test_binary_keeps_each_file_s_path_under_the_source(tmp_path):
+    src = tmp_path / "src"
+    for name in ("a", "b"):
+        (src / name).mkdir(parents=True)
+        (src / name / "x.bin").write_bytes(name.encode() * 10)
+    out = tmp_path / "out"
+    run_batch(
+        job(
+            f'LocalFile {{ path = "{out}", file_format_type = binary }}',
+            source=f'source {{ LocalFile {{ path = "{src}", file_format_type = binary }} }}',
+        )
+    )
+    assert (out / "a" / "x.bin").read_bytes() == b"a" * 10
+    assert (out / "b" / "x.bin").read_bytes() == b"b" * 10
+
+
+def test_two_sinks_on_one_directory_write_their_own_parts(tmp_path):
+    sink = f'LocalFile {{ path = "{tmp_path}", file_format_type = json }}'
+    result = run_batch(job(f"{sink}\n{sink}"))
+    assert result["written"] == 4 * ROWS
+    lines = [ln for p in tmp_path.glob("part-*.jsonl") for ln in p.read_text().splitlines()]
+    assert len(lines) == 4 * ROWS
+
+
+@pytest.mark.parametrize(
+    "options,path",
+    [
+        ('custom_filename = true, file_name_expression = "../x"', "file_name_expression"),
+        (
+            'have_partition = true, partition_by = [id], partition_dir_expression = "../${v0}"',
+            "partition_dir_expression",
+        ),
+    ],
+)
+def test_names_that_would_leave_the_path_are_400s(tmp_path, options, path):
+    with pytest.raises(ConfigError) as caught:
+        run_batch(job(f'LocalFile {{ path = "{tmp_path}", {options} }}'))
+    assert any(e["path"].endswith(path) for e in caught.value.errors), caught.value.errors
+
+
+def test_wide_decimals_deep_types_and_bad_nested_names():
+    from engine.connectors.schema import convert, normalise_kind
+
+    wide = convert("decimal(38, 10)", "1234567890123456789.0123456789")
+    assert str(wide) == "1234567890123456789.0123456789"
+    with pytest.raises(ValueError, match="nest at most"):
+        normalise_kind("array<" * 3000 + "int" + ">" * 3000)
+    with pytest.raises(ValueError, match="no , : < >"):
+        normalise_kind({"a,b": "int"})

@@ -118,3 +118,27 @@ def test_filter_row_kind_include(tmp_path):
         source,
     )
     assert rows == [{"id": 2}]
+
+
+@pytest.mark.parametrize(
+    "query,message",
+    [
+        ("select interval 1 day as i from dual", "column i has type"),
+        ("select 18446744073709551615::ubigint as u from dual", "column u has type"),
+    ],
+)
+def test_an_answer_of_a_type_keel_lacks_is_a_400(tmp_path, query, message):
+    with pytest.raises(ConfigError) as caught:
+        run(f'Sql {{ plugin_input = fake, plugin_output = t, query = "{query}" }}', tmp_path)
+    assert message in str(caught.value)
+
+
+def test_planning_never_runs_the_query_s_work():
+    from engine.jobs.planner import plan_job
+
+    plan = plan_job(
+        f"{SOURCE}\ntransform {{ Sql {{ plugin_input = fake, plugin_output = t,"
+        ' query = "select count(*) as n from range(1000000000000)" } }\n'
+        "sink { Blackhole { plugin_input = t } }"
+    )
+    assert plan.pipelines[0].transforms[0].schema == [["n", "bigint"]]

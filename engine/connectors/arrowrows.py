@@ -58,7 +58,13 @@ def keel_kind(t) -> str:
             return name
     if pa.types.is_time(t):
         return "time"
-    return "bigint" if pa.types.is_integer(t) else named.get(str(t), "string")
+    if pa.types.is_integer(t) and t.bit_width < 64:  # unsigned, and narrow enough for bigint
+        return "bigint"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or str(t) == "string_view":
+        return "string"
+    if str(t) in named:
+        return named[str(t)]
+    raise ValueError(f"has type {t}, which Keel does not carry (cast it)")
 
 
 def _arrow_value(kind: str, value):
@@ -108,7 +114,14 @@ def to_table(rows: list[tuple], schema: Schema, arrow: pa.Schema | None = None) 
 
 
 def schema_of(arrow: pa.Schema) -> Schema:
-    return Schema(tuple((f.name, keel_kind(f.type)) for f in arrow))
+    """Keel's schema for an Arrow one; ValueError names a column whose type has none."""
+    fields = []
+    for f in arrow:
+        try:
+            fields.append((f.name, keel_kind(f.type)))
+        except ValueError as exc:
+            raise ValueError(f"column {f.name} {exc}") from None
+    return Schema(tuple(fields))
 
 
 def rows_of(table: pa.Table, schema: Schema) -> list[tuple]:

@@ -61,7 +61,7 @@ def _open_text(path: Path, config: dict) -> IO[str]:
     return open(path, newline="", encoding=encoding)
 
 
-def records(path: Path, config: dict, names: list[str]):
+def records(path: Path, config: dict, names: list[str], relative: str = ""):
     """The records of one file, in order: lists (by position) or dicts (by name)."""
     fmt = config["file_format_type"]
     if fmt in ("parquet", "orc"):
@@ -69,7 +69,7 @@ def records(path: Path, config: dict, names: list[str]):
     elif fmt == "excel":
         yield from _excel_records(path, config)
     elif fmt == "binary":
-        yield from _binary_records(path, config)
+        yield from _binary_records(path, config, relative or path.name)
     else:
         with _open_text(path, config) as fh:
             if fmt == "csv":
@@ -134,8 +134,7 @@ def _excel_records(path: Path, config: dict):
         book.close()
 
 
-def _binary_records(path: Path, config: dict):
-    relative = path.name
+def _binary_records(path: Path, config: dict, relative: str):
     chunk = config.get("binary_chunk_size") or 1024
     with open(path, "rb") as fh:
         if config.get("binary_complete_file_mode"):

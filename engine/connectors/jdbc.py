@@ -29,9 +29,9 @@ from engine.connectors.pg import (
     PG_TYPE_NAMES,
     PG_TYPES,
     connect,
+    connect_read_only,
     primary_key,
     query_columns,
-    read_only,
     table_columns,
     table_ident,
     user_sql,
@@ -180,7 +180,7 @@ class JdbcSource(SourcePlugin):
         if errors:
             return errors
         try:
-            with read_only(connect(config)) as conn:
+            with connect_read_only(config) as conn:
                 types = dict(cls._columns(conn, config))
                 keys = primary_key(conn, config["table"]) if config["table"] else []
         except psycopg.Error as exc:
@@ -217,14 +217,14 @@ class JdbcSource(SourcePlugin):
         return keys[0] if keys else ""
 
     def output_schema(self) -> Schema:
-        with read_only(connect(self.config)) as conn:
+        with connect_read_only(self.config) as conn:
             columns = self._columns(conn, self.config)
         return Schema(tuple((c, PG_TYPES.get(t) or PG_TYPE_NAMES[t]) for c, t in columns))
 
     def create_splits(self, mode: str) -> list[dict]:
         """Contiguous ranges of the partition column, plus one split for its NULLs; a query
         without a partition column is one split."""
-        with read_only(connect(self.config)) as conn:
+        with connect_read_only(self.config) as conn:
             column = self._column(conn)
             if not column:
                 return [
@@ -235,8 +235,9 @@ class JdbcSource(SourcePlugin):
             low, high, nulls = conn.execute(
                 sql.SQL(
                     "SELECT min({c}), max({c}), count(*) FILTER (WHERE {c} IS NULL) FROM {t}"
+                    " WHERE %s"
                 ).format(c=sql.Identifier(column), t=rows_of(self.config)),
-                (),
+                (True,),  # a parameter: the extended protocol, one statement only
             ).fetchone()
         base = {"column": column, "order": order, "total": bool(keys)}
         splits = []
@@ -286,7 +287,7 @@ class JdbcSource(SourcePlugin):
         query = sql.SQL("SELECT * FROM {t} WHERE {w} ORDER BY {o} OFFSET %s").format(
             t=rows_of(self.config), w=where, o=sql.SQL(", ").join(order)
         )
-        with read_only(connect(self.config)) as conn, conn.transaction():
+        with connect_read_only(self.config) as conn, conn.transaction():
             with conn.cursor(name="keel_jdbc_source") as cur:
                 cur.itersize = self.config["fetch_size"]
                 cur.execute(query, [*params, offset])

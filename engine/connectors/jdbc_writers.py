@@ -250,7 +250,9 @@ class ExactlyOnceJdbcWriter(SinkWriter):
         self.keys = upsert_keys(config)
         if self.custom:  # a stage of the incoming fields, shared by the query's writers
             self.columns = schema.names
-            digest = hashlib.blake2b(config["query"].encode(), digest_size=8).hexdigest()
+            # Per query and incoming fields: another job's query of other fields has its own.
+            shape = config["query"] + repr(schema.fields)
+            digest = hashlib.blake2b(shape.encode(), digest_size=8).hexdigest()
             schema_name, name = "public", f"keel_query_{digest}"
             self.table = None
         else:

@@ -131,9 +131,13 @@ class LocalFileSource(LocalFile, SourcePlugin):
             except re.error as exc:
                 errors.append(("file_filter_pattern", f"not a regular expression: {exc}"))
                 return errors
+        try:
+            found = _files(path, config) if path.is_dir() else [path]
+        except Refused as exc:
+            return [*errors, ("path", str(exc))]
         if not path.exists():
             errors.append(("path", f"no such file or directory: {path}"))
-        elif path.is_dir() and not _files(path, config):
+        elif not found:
             errors.append(("path", f"the directory {path} holds no files"))
         elif not errors and config["schema"] is None and fmt in ("parquet", "orc"):
             first = _files(path, config)[0] if path.is_dir() else path
@@ -165,13 +169,23 @@ class LocalFileSource(LocalFile, SourcePlugin):
         return [path] if path.is_file() else _files(path, self.config)
 
     def create_splits(self, mode: str) -> list[dict]:
-        return [{"splitId": f"file-{i}", "path": str(p)} for i, p in enumerate(self.files())]
+        root = resolve_file_path(self.config["path"])
+        return [
+            {
+                "splitId": f"file-{i}",
+                "path": str(p),
+                "relativePath": p.relative_to(root).as_posix() if root.is_dir() else p.name,
+            }
+            for i, p in enumerate(self.files())
+        ]
 
     def read(self, split: dict, offset: int, mode: str, batch_size: int):
         """Records of the file from ``offset`` (records, not lines: blank lines are skipped and
         a quoted CSV field may span lines). A record of the wrong width fails the task."""
-        convert_record = self.converter(Path(split["path"]))
-        source = records(Path(split["path"]), self.config, self.full_schema(self.config).names)
+        path = resolve_file_path(split["path"])  # inside the roots still, links followed
+        convert_record = self.converter(path)
+        names = self.full_schema(self.config).names
+        source = records(path, self.config, names, split.get("relativePath") or path.name)
         for _ in range(self.config["skip_header_rows"]):
             if next(source, None) is None:
                 return
@@ -246,5 +260,10 @@ def _files(directory: Path, config: dict) -> list[Path]:
         for name in names:
             if name.startswith(".") or (pattern and not pattern.search(name)):
                 continue
-            found.append(Path(root) / name)
+            # A link is followed only to a file inside the roots (Refused names it otherwise).
+            found.append(
+                resolve_file_path(str(Path(root) / name))
+                if os.path.islink(Path(root) / name)
+                else Path(root) / name
+            )
     return sorted(found)

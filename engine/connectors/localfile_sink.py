@@ -66,6 +66,10 @@ class Layout:
             f"part-{context.get('jobId', 0)}-{context.get('pipelineId', 0)}"
             f"-{context.get('readerIndex', 0)}"
         )
+        label = str(context.get("label", ""))
+        if label.startswith("sink[") and not label.startswith("sink[0]"):
+            # A second sink of the pipeline may write the same directory: its own parts.
+            self.key += f"-k{label[5 : label.index(']')]}"
         columns = config.get("sink_columns") or schema.names
         self.partition_by = config.get("partition_by") if config.get("have_partition") else []
         if self.partition_by and not config.get("is_partition_field_write_in_file"):
@@ -107,7 +111,8 @@ class Layout:
             expression = self.config.get("file_name_expression") or "${transactionId}"
             name = (
                 expression.replace("${now}", now)
-                .replace("${uuid}", uuid.uuid4().hex)
+                # Derived from the part, so a rerun of the reader replaces its file.
+                .replace("${uuid}", uuid.uuid5(uuid.NAMESPACE_URL, self.key).hex)
                 .replace("${transactionId}", self.key)
             )
             if "${transactionId}" not in expression:
@@ -131,7 +136,8 @@ class LocalFileWriter(SinkWriter):
         self.config = config
         self.context = context
         self.layout = Layout(config, schema, context)
-        self.tmp_dir = self.layout.directory / TMP_DIR
+        # Resolved inside the roots: a .keel-tmp that is a link cannot send staging elsewhere.
+        self.tmp_dir = resolve_file_path(str(self.layout.directory / TMP_DIR))
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         self.parts: dict[str, PartFile] = {}
         self.opened = 0
@@ -292,6 +298,12 @@ class LocalFileSink(LocalFile, SinkPlugin):
         for option in ("sink_columns", "partition_by"):
             if any(not isinstance(v, str) for v in config[option] or []):
                 errors.append((option, "must be a list of field names"))
+        name = config.get("file_name_expression") or ""
+        if any(c in name for c in "/\\") or name.strip(".") == "":
+            errors.append(("file_name_expression", "must be a file name (no / or \\)"))
+        directories = (config.get("partition_dir_expression") or "").replace("\\", "/")
+        if directories.startswith("/") or ".." in directories.split("/"):
+            errors.append(("partition_dir_expression", "must stay inside path (no .., not /...)"))
         return errors
 
     def input_errors(self, schema: Schema) -> list[tuple[str, str]]:

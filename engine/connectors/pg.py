@@ -112,9 +112,12 @@ def user_sql(text: str) -> sql.SQL:
     return sql.SQL(text.strip().rstrip(";").replace("%", "%%"))
 
 
-def read_only(conn: psycopg.Connection) -> psycopg.Connection:
-    """Every statement of a source session runs in a read-only transaction: a job's query can
-    read its database, never change it."""
+def connect_read_only(config: dict) -> psycopg.Connection:
+    """A source session: every transaction in it is read-only, those psycopg opens and any a
+    statement opens itself (``default_transaction_read_only``), so a job's query can read its
+    database, never change it. Statements with a job's SQL in them also always go through the
+    extended protocol (they carry a parameter), which refuses a second statement."""
+    conn = connect(config, options="-c default_transaction_read_only=on")
     conn.read_only = True
     return conn
 
@@ -123,7 +126,7 @@ def query_columns(conn: psycopg.Connection, rows: sql.Composable) -> list[tuple[
     """(name, type name) of the columns of ``rows`` (``(SELECT ...) AS alias``), without
     reading any row."""
     with conn.cursor() as cur:
-        cur.execute(sql.SQL("SELECT * FROM {rows} LIMIT 0").format(rows=rows), ())
+        cur.execute(sql.SQL("SELECT * FROM {rows} LIMIT %s").format(rows=rows), (0,))
         out = []
         for column in cur.description:
             info = psycopg.postgres.types.get(column.type_code)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 
 SCALAR_TYPES = (
     "tinyint",
@@ -35,6 +35,8 @@ TYPE_ALIASES = {"integer": "int", "long": "bigint", "bool": "boolean", "varchar"
 #: Kept for the messages that list the types.
 FIELD_TYPES = (*SCALAR_TYPES, "decimal(p, s)", "array<T>", "map<K, V>", "{ nested row }")
 INTEGERS = ("tinyint", "smallint", "int", "bigint")
+#: decimal(38, s) is the widest: Python's default context keeps only 28 digits.
+DECIMALS = Context(prec=38)
 
 
 @dataclass(frozen=True)
@@ -82,12 +84,22 @@ def split_top(text: str) -> list[str]:
     return parts
 
 
-def normalise_kind(kind) -> str:
+#: How deep types may nest (arrays of maps of rows ...).
+MAX_NESTING = 16
+_NAME_BREAKERS = set(",:<>()")
+
+
+def normalise_kind(kind, depth: int = 0) -> str:
     """The canonical spelling of a field type; ValueError names what is wrong."""
+    if depth > MAX_NESTING:
+        raise ValueError(f"types nest at most {MAX_NESTING} deep")
     if isinstance(kind, dict):
         if not kind:
             raise ValueError("a nested row needs at least one field")
-        inner = ", ".join(f"{name}: {normalise_kind(k)}" for name, k in kind.items())
+        bad = [name for name in kind if _NAME_BREAKERS & set(str(name)) or not str(name).strip()]
+        if bad:
+            raise ValueError(f"nested field name {bad[0]!r}: no , : < > ( ) in it")
+        inner = ", ".join(f"{name}: {normalise_kind(k, depth + 1)}" for name, k in kind.items())
         return f"row<{inner}>"
     if not isinstance(kind, str):
         raise ValueError(f"unknown type {kind!r}")
@@ -101,15 +113,16 @@ def normalise_kind(kind) -> str:
     if m := re.fullmatch(r"(array|map|row)\s*<(.*)>", text, flags=re.IGNORECASE | re.DOTALL):
         base, args = m[1].lower(), split_top(m[2])
         if base == "array" and len(args) == 1:
-            return f"array<{normalise_kind(args[0])}>"
+            return f"array<{normalise_kind(args[0], depth + 1)}>"
         if base == "map" and len(args) == 2:
-            return f"map<{normalise_kind(args[0])}, {normalise_kind(args[1])}>"
+            key, value = normalise_kind(args[0], depth + 1), normalise_kind(args[1], depth + 1)
+            return f"map<{key}, {value}>"
         if base == "row":
             fields = {}
             for arg in args:
                 name, _, inner = arg.partition(":")
                 fields[name.strip()] = inner.strip()
-            return normalise_kind(fields)
+            return normalise_kind(fields, depth)
         raise ValueError(f"{text}: array<T> takes one type, map<K, V> two")
     lowered = TYPE_ALIASES.get(lowered, lowered)
     if lowered in SCALAR_TYPES:
@@ -166,7 +179,8 @@ def convert(kind: str, value, null_format: str | None = None):
         if not args:
             return float(value)
         try:
-            return Decimal(str(value)).quantize(Decimal(1).scaleb(-int(args[1])))
+            unit = Decimal(1).scaleb(-int(args[1]))
+            return Decimal(str(value)).quantize(unit, context=DECIMALS)
         except InvalidOperation:
             raise ValueError(f"{value!r} is not a decimal") from None
     if base == "boolean":

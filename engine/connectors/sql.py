@@ -57,11 +57,20 @@ class Sql(TransformPlugin):
             names.append(stream)
         return names
 
-    def run(self, con, table):
+    def run(self, con, table, limit: int | None = None):
         for name in self.table_names():
             con.register(name, table)
         try:
-            return con.sql(self.config["query"].strip().rstrip(";")).to_arrow_table()
+            relation = con.sql(self.config["query"].strip().rstrip(";"))
+            if limit is not None:
+                names = relation.columns
+                duplicated = sorted({n for n in names if names.count(n) > 1})
+                if duplicated:
+                    raise ValueError(
+                        f"query: the result names {', '.join(duplicated)} more than once"
+                    )
+                relation = relation.limit(limit)
+            return relation.to_arrow_table()
         finally:
             for name in self.table_names():
                 con.unregister(name)
@@ -73,17 +82,17 @@ class Sql(TransformPlugin):
 
         con = connect()
         try:
-            result = self.run(con, arrow_schema(schema).empty_table())
+            # LIMIT 0: the answer's types, without running the query's work at plan time.
+            result = self.run(con, arrow_schema(schema).empty_table(), limit=0)
         except duckdb.Error as exc:
             message = str(exc).splitlines()[0]
             raise ValueError(f"query: {message}") from None
         finally:
             con.close()
-        names = result.schema.names
-        duplicated = sorted({n for n in names if names.count(n) > 1})
-        if duplicated:
-            raise ValueError(f"query: the result names {', '.join(duplicated)} more than once")
-        return schema_of(result.schema)
+        try:
+            return schema_of(result.schema)
+        except ValueError as exc:
+            raise ValueError(f"query: {exc}") from None
 
     def processor(self, schema: Schema):
         from engine.connectors.arrowrows import arrow_schema, rows_of, to_table

@@ -129,8 +129,8 @@ class Worker:
         for by a signal sets its state's stop flags first."""
         return (
             worker.exitcode == EX_FAILURE
-            and celery_state.should_stop in (None, False)
-            and celery_state.should_terminate in (None, False)
+            and celery_state.should_stop is None
+            and celery_state.should_terminate is None
             and not self.stopping.is_set()
         )
 
