@@ -4,6 +4,7 @@ parquet, orc, excel, binary) with SeaTunnel's options, through the engine's data
 from __future__ import annotations
 
 import gzip
+import json
 from decimal import Decimal
 
 import pyarrow.parquet as pq
@@ -292,3 +293,30 @@ def test_wide_decimals_deep_types_and_bad_nested_names():
         normalise_kind("array<" * 3000 + "int" + ">" * 3000)
     with pytest.raises(ValueError, match="no , : < >"):
         normalise_kind({"a,b": "int"})
+
+
+def test_partition_values_round_trip_through_their_directory_names(tmp_path):
+    out = tmp_path / "out"
+    names = ["a/b", "50%", ".hidden", None]
+    rows = ", ".join(
+        f"{{ fields = [{i}, {'null' if n is None else repr(n).replace(chr(39), chr(34))}] }}"
+        for i, n in enumerate(names)
+    )
+    run_batch(
+        job(
+            f'LocalFile {{ path = "{out}", file_format_type = json, have_partition = true,'
+            " partition_by = [name] }",
+            source=f"source {{ FakeSource {{ schema {{ fields {{ id = int, name = string }} }},"
+            f" rows = [{rows}] }} }}",
+        )
+    )
+    back = tmp_path / "back"
+    run_batch(
+        job(
+            f'LocalFile {{ path = "{back}", file_format_type = json }}',
+            source=f'source {{ LocalFile {{ path = "{out}", file_format_type = json,'
+            " schema { fields { id = int, name = string } } } }",
+        )
+    )
+    read = [json.loads(ln) for p in back.glob("*.jsonl") for ln in p.read_text().splitlines()]
+    assert sorted((r["id"], r["name"]) for r in read) == [(i, n) for i, n in enumerate(names)]

@@ -142,3 +142,24 @@ def test_planning_never_runs_the_query_s_work():
         "sink { Blackhole { plugin_input = t } }"
     )
     assert plan.pipelines[0].transforms[0].schema == [["n", "bigint"]]
+
+
+def test_a_bad_replacement_is_a_400_and_kinds_survive_copy_and_replace(tmp_path):
+    with pytest.raises(ConfigError, match="replacement"):
+        run(
+            "Replace { plugin_input = fake, plugin_output = t, replace_field = name,"
+            ' pattern = "(a)", replacement = "$2", is_regex = true }',
+            tmp_path,
+        )
+    source = """source { FakeSource { plugin_output = fake,
+      schema { fields { id = int, s = string } },
+      rows = [ { kind = DELETE, fields = [1, "x"] }, { kind = INSERT, fields = [2, "y"] } ] } }"""
+    rows = run(
+        "Copy { plugin_input = fake, plugin_output = c, fields { s2 = s } }\n"
+        'Replace { plugin_input = c, plugin_output = r, replace_field = s2, pattern = "x",'
+        ' replacement = "z" }\n'
+        "FilterRowKind { plugin_input = r, plugin_output = t, exclude_kinds = [DELETE] }",
+        tmp_path,
+        source,
+    )
+    assert rows == [{"id": 2, "s": "y", "s2": "y"}]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
 from engine.connectors.base import Option, SourcePlugin
 from engine.connectors.boundaries import Refused, resolve_file_path
@@ -30,6 +31,8 @@ COMPRESS = Option("compress_codec", str, default="none", help="per format: see t
 ENCODING = Option("encoding", str, default="UTF-8", help="of text, csv and json files")
 SHEET = Option("sheet_name", str, help="the Excel sheet (default: the first; Sheet1 written)")
 TMP_DIR = ".keel-tmp"
+#: A null partition value's directory name (Hive's).
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 #: SeaTunnel's options of both sides that Keel reads and writes one way only.
 ISO_DATES = "dates, times and timestamps are read and written in ISO 8601"
 COMMON_IGNORED = {
@@ -219,7 +222,10 @@ class LocalFileSource(LocalFile, SourcePlugin):
         if self.config.get("parse_partition_from_path"):
             root = resolve_file_path(self.config["path"])
             relative = path.parent.relative_to(root) if root.is_dir() else Path()
-            partition = dict(p.split("=", 1) for p in relative.parts if "=" in p)
+            partition = {
+                k: None if v == HIVE_NULL else unquote(v)  # the sink's escaping, undone
+                for k, v in (p.split("=", 1) for p in relative.parts if "=" in p)
+            }
         from_path = [n for n in full.names if n in partition]
         in_file = [n for n in full.names if n not in partition]
         wanted = [(n, k) for n, k in out.fields]

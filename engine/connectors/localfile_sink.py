@@ -19,6 +19,7 @@ from engine.connectors.localfile import (
     ENCODING,
     FIELD_DELIMITER,
     FILE_FORMAT,
+    HIVE_NULL,
     ROW_DELIMITER,
     SHEET,
     TMP_DIR,
@@ -49,7 +50,7 @@ def partition_value(value) -> str:
     """A value as a directory name: Hive's escaping of the characters a path gives meaning to
     (``/``, ``%``, a leading dot), so a row can never lead a part out of the sink's path nor
     hide it from a reader (which skips hidden directories)."""
-    text = "__HIVE_DEFAULT_PARTITION__" if value is None else str(value)
+    text = HIVE_NULL if value is None else str(value)
     text = text.replace("%", "%25").replace("/", "%2F").replace("\\", "%5C")
     return "%2E" + text[1:] if text.startswith(".") else text
 

@@ -9,7 +9,7 @@ import re
 
 from engine.connectors.base import Option, TransformPlugin
 from engine.connectors.registry import register
-from engine.connectors.schema import Schema, row_kind
+from engine.connectors.schema import Schema, row_kind, with_kind
 
 
 @register
@@ -169,7 +169,12 @@ class Copy(TransformPlugin):
 
     def processor(self, schema: Schema):
         picks = [schema.index(e) for e in self.copies().values()]
-        return lambda rows: [r + tuple(r[i] for i in picks) for r in rows]
+        return lambda rows: [with_kind(r + tuple(r[i] for i in picks), row_kind(r)) for r in rows]
+
+
+def java_replacement(text: str) -> str:
+    """SeaTunnel's (Java's) ``$1`` group references as Python's ``\\g<1>``."""
+    return re.sub(r"\$(\d+)", r"\\g<\1>", text)
 
 
 @register
@@ -190,9 +195,13 @@ class Replace(TransformPlugin):
     def check(cls, config):
         if config["is_regex"]:
             try:
-                re.compile(config["pattern"])
+                pattern = re.compile(config["pattern"])
             except re.error as exc:
                 return [("pattern", f"not a regular expression: {exc}")]
+            try:  # Python checks a replacement's escapes and groups before any match
+                pattern.sub(java_replacement(config["replacement"]), "")
+            except re.error as exc:
+                return [("replacement", str(exc))]
         return []
 
     def output_schema(self, schema: Schema) -> Schema:
@@ -207,7 +216,7 @@ class Replace(TransformPlugin):
         index, count = schema.index(self.config["replace_field"]), int(self.config["replace_first"])
         if self.config["is_regex"]:
             pattern = re.compile(self.config["pattern"])
-            replacement = re.sub(r"\$(\d)", r"\\\1", self.config["replacement"])  # Java's $1
+            replacement = java_replacement(self.config["replacement"])
 
             def replace(value: str) -> str:
                 return pattern.sub(replacement, value, count=count)
@@ -219,7 +228,9 @@ class Replace(TransformPlugin):
 
         def process(rows):
             return [
-                r if r[index] is None else (*r[:index], replace(r[index]), *r[index + 1 :])
+                r
+                if r[index] is None
+                else with_kind((*r[:index], replace(r[index]), *r[index + 1 :]), row_kind(r))
                 for r in rows
             ]
 
