@@ -368,6 +368,10 @@ def parse_job_config(text: str, variables: dict[str, str] | None = None) -> Pars
         ) from None
     except RecursionError:
         raise ConfigError([{"path": "config", "message": "the config nests too deeply"}]) from None
+    except (AttributeError, TypeError, KeyError, IndexError):
+        # pyhocon's own failures on shapes it does not expect (a top-level list with a
+        # substitution in it, ``[${a}]``): the config is not an object of blocks.
+        raise ConfigError([{"path": "config", "message": "the config must be an object"}]) from None
     root = _plain(tree)
     if not isinstance(root, dict):
         raise ConfigError([{"path": "config", "message": "the config must be an object"}])
