@@ -54,6 +54,31 @@ def _count(name: str, default: str, minimum: int = 0) -> int:
     return value
 
 
+def _bytes(name: str, default: str) -> int:
+    """Bytes from ``4MiB``, ``256KiB``, ``512KB``, ``1GiB`` or a bare number, from the
+    environment (refused at startup otherwise)."""
+    text = os.environ.get(name, default)
+    match = re.fullmatch(r"\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*", text)
+    if not match:
+        raise ImproperlyConfigured(f"{name}: {text!r} is not a size (e.g. 4MiB, 256KiB)")
+    unit = {
+        None: 1,
+        "B": 1,
+        "KB": 1000,
+        "KiB": 1024,
+        "MB": 1000**2,
+        "MiB": 1024**2,
+        "GB": 1000**3,
+        "GiB": 1024**3,
+    }[match.group(2)]
+    return int(match.group(1)) * unit
+
+
+def _names(name: str, default: str) -> list[str]:
+    """A comma-separated list from the environment, blanks dropped."""
+    return [p.strip() for p in os.environ.get(name, default).split(",") if p.strip()]
+
+
 def _secret_key() -> str:
     key = os.environ.get("DJANGO_SECRET_KEY")
     if key:
@@ -275,11 +300,7 @@ ENGINE = {
     "connectors.check-timeout": _duration(
         "KEEL_CHECK_TIMEOUT", os.environ.get("KEEL_CHECK_TIMEOUT", "20s")
     ),
-    "connectors.jdbc-allowed": [
-        p.strip()
-        for p in os.environ.get("KEEL_CONNECTORS_JDBC_ALLOWED", "loopback").split(",")
-        if p.strip()
-    ],
+    "connectors.jdbc-allowed": _names("KEEL_CONNECTORS_JDBC_ALLOWED", "loopback"),
     # Terminal-state cleanup (engine.jobs.cleanup): a finished job's running state stays this
     # long for late callbacks, then a durable cleanup record removes it; failures retry with
     # backoff up to max-attempts (then FAILED, retried from the admin). History is removed
@@ -313,6 +334,64 @@ ENGINE = {
         "KEEL_DIRTY_TASK_PENDING_INCIDENT_TTL",
         os.environ.get("KEEL_DIRTY_TASK_PENDING_INCIDENT_TTL", "10m"),
     ),
+    # The engine-managed Source runtime (docs/source-runtime.md): which connectors run in the
+    # managed lane (Lane A; none by default), its kill switch (new deployments and restores
+    # only), and its bounds. Not connector-overridable; read once at process start.
+    "source-runtime.managed-enabled": os.environ.get(
+        "KEEL_SOURCE_RUNTIME_MANAGED_ENABLED", "true"
+    ).lower()
+    in ("1", "true", "yes"),
+    "source-runtime.managed-connectors": _names("KEEL_SOURCE_RUNTIME_MANAGED_CONNECTORS", ""),
+    "source-runtime.mailbox.max-commands": _count(
+        "KEEL_SOURCE_RUNTIME_MAILBOX_MAX_COMMANDS", "1024", minimum=1
+    ),
+    "source-runtime.mailbox.max-bytes": _bytes("KEEL_SOURCE_RUNTIME_MAILBOX_MAX_BYTES", "4MiB"),
+    "source-runtime.mailbox.reserved-commands": _count(
+        "KEEL_SOURCE_RUNTIME_MAILBOX_RESERVED_COMMANDS", "64", minimum=1
+    ),
+    "source-runtime.mailbox.reserved-bytes": _bytes(
+        "KEEL_SOURCE_RUNTIME_MAILBOX_RESERVED_BYTES", "256KiB"
+    ),
+    "source-runtime.worker-mailbox.max-bytes": _bytes(
+        "KEEL_SOURCE_RUNTIME_WORKER_MAILBOX_MAX_BYTES", "256MiB"
+    ),
+    "source-runtime.command.max-payload-bytes": _bytes(
+        "KEEL_SOURCE_RUNTIME_COMMAND_MAX_PAYLOAD_BYTES", "512KiB"
+    ),
+    "source-runtime.poll.max-records": _count(
+        "KEEL_SOURCE_RUNTIME_POLL_MAX_RECORDS", "64", minimum=1
+    ),
+    "source-runtime.poll.soft-duration": _duration(
+        "KEEL_SOURCE_RUNTIME_POLL_SOFT_DURATION",
+        os.environ.get("KEEL_SOURCE_RUNTIME_POLL_SOFT_DURATION", "5ms"),
+    ),
+    "source-runtime.poll.hard-duration": _duration(
+        "KEEL_SOURCE_RUNTIME_POLL_HARD_DURATION",
+        os.environ.get("KEEL_SOURCE_RUNTIME_POLL_HARD_DURATION", "1s"),
+    ),
+    "source-runtime.poll.cancellation-timeout": _duration(
+        "KEEL_SOURCE_RUNTIME_POLL_CANCELLATION_TIMEOUT",
+        os.environ.get("KEEL_SOURCE_RUNTIME_POLL_CANCELLATION_TIMEOUT", "30s"),
+    ),
+    "source-runtime.admission.p99-budget": _duration(
+        "KEEL_SOURCE_RUNTIME_ADMISSION_P99_BUDGET",
+        os.environ.get("KEEL_SOURCE_RUNTIME_ADMISSION_P99_BUDGET", "5ms"),
+    ),
+    "source-runtime.retry.initial-backoff": _duration(
+        "KEEL_SOURCE_RUNTIME_RETRY_INITIAL_BACKOFF",
+        os.environ.get("KEEL_SOURCE_RUNTIME_RETRY_INITIAL_BACKOFF", "10ms"),
+    ),
+    "source-runtime.retry.max-backoff": _duration(
+        "KEEL_SOURCE_RUNTIME_RETRY_MAX_BACKOFF",
+        os.environ.get("KEEL_SOURCE_RUNTIME_RETRY_MAX_BACKOFF", "1s"),
+    ),
+    "source-runtime.coordinator.async-max-concurrency": _count(
+        "KEEL_SOURCE_RUNTIME_COORDINATOR_ASYNC_MAX_CONCURRENCY", "4", minimum=1
+    ),
+    "source-runtime.tracker.max-entries": _count(
+        "KEEL_SOURCE_RUNTIME_TRACKER_MAX_ENTRIES", "100000", minimum=1
+    ),
+    "source-runtime.tracker.max-bytes": _bytes("KEEL_SOURCE_RUNTIME_TRACKER_MAX_BYTES", "64MiB"),
 }
 
 LOGGING = {

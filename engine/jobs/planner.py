@@ -17,6 +17,8 @@ from engine.connectors import get_plugin, plugin_names, validate_block
 from engine.connectors.base import Option
 from engine.jobconfig import SECTIONS, ConfigError, PluginBlock, parse_job_config
 from engine.jobs.multitable import mentions_table, per_table
+from engine.sourceruntime import LEGACY, SourceRuntime
+from engine.sourceruntime import choose as choose_lane
 from engine.states import JobMode
 
 ENV_OPTIONS = (
@@ -75,6 +77,8 @@ class PipelinePlan:
     sinks: list[PlanNode] = field(default_factory=list)
     #: Readers of this pipeline: the source's own ``parallelism``, else the job's.
     parallelism: int = 1
+    #: The source's lane and capability digest (engine.sourceruntime), chosen once here.
+    source_runtime: dict = field(default_factory=LEGACY.to_json)
 
     def to_json(self) -> dict:
         return {
@@ -82,6 +86,7 @@ class PipelinePlan:
             "transforms": [t.to_json() for t in self.transforms],
             "sinks": [s.to_json() for s in self.sinks],
             "parallelism": self.parallelism,
+            "sourceRuntime": self.source_runtime,
         }
 
     @classmethod
@@ -91,6 +96,8 @@ class PipelinePlan:
             transforms=[PlanNode.from_json(t) for t in data["transforms"]],
             sinks=[PlanNode.from_json(k) for k in data["sinks"]],
             parallelism=data.get("parallelism", 1),
+            # A plan made before lanes existed ran in Lane B, and stays there.
+            source_runtime=SourceRuntime.from_json(data.get("sourceRuntime")).to_json(),
         )
 
 
@@ -199,6 +206,8 @@ def plan_job(
         raise ConfigError(errors)
     for pipeline in pipelines:
         pipeline.parallelism = pipeline.source.config.get("parallelism") or env["parallelism"]
+        source_plugin = get_plugin("source", pipeline.source.plugin)
+        pipeline.source_runtime = choose_lane(source_plugin, settings.ENGINE).to_json()
         if pipeline.parallelism > MAX_PARALLELISM:
             path = f"{pipeline.source.path}.parallelism"
             errors.append({"path": path, "message": f"must be at most {MAX_PARALLELISM}"})

@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.db.models import Prefetch
 
 from engine.models import Checkpoint, Job, TaskGroup
+from engine.sourceruntime import SourceRuntime
 from engine.states import CheckpointState, ExecutionStatus
 
 
@@ -43,6 +44,10 @@ def pipelines(job: Job) -> list[dict]:
             "status": pipeline.status,
             "restoreCount": pipeline.restore_count,
             "errorMsg": pipeline.error_msg,
+            # The lane recorded when the job was planned (a plan from before lanes: B).
+            "sourceRuntime": SourceRuntime.from_json(
+                (pipeline.plan or {}).get("sourceRuntime")
+            ).to_json(),
             "taskGroups": [_group(g) for g in pipeline.task_groups.all()],
         }
         for pipeline in job.pipelines.all()

@@ -110,11 +110,17 @@ class TaskGroupSerializer(serializers.ModelSerializer):
         }
 
 
+class SourceRuntimeSerializer(serializers.Serializer):
+    lane = serializers.ChoiceField(choices=["A", "B"], help_text="A: managed; B: legacy")
+    capabilityDigest = serializers.CharField(allow_null=True)
+
+
 class PipelineSerializer(serializers.Serializer):
     pipelineId = serializers.IntegerField(source="index")
     status = serializers.CharField()
     restoreCount = serializers.IntegerField(source="restore_count")
     errorMsg = serializers.CharField(source="error_msg")
+    sourceRuntime = SourceRuntimeSerializer()
     taskGroups = TaskGroupSerializer(source="task_groups.all", many=True)
 
 

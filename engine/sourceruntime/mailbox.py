@@ -1,0 +1,318 @@
+"""The bounded reader mailbox: where operation threads (Celery handler threads) hand commands
+to a managed reader's event loop.
+
+Admission validates and enqueues only: it never runs connector code, never sleeps or waits, and
+answers in the design's order (protocol, target attempt and epoch, terminal state, header and
+payload, duplicates, capacity, sequence, publication). Capacity is bounded three ways (commands
+and payload bytes per mailbox, payload bytes per worker process), with capacity reserved for
+checkpoint-path controls; the terminal signal (cancel, fatal failure) lives outside the queue so
+it always gets through. The queue itself is never checkpointed: what a checkpoint keeps is the
+applied watermarks (``watermarks()``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.sourceruntime.choices import (
+    COMMANDS,
+    RESERVED_KINDS,
+    AdmissionStatus,
+    Category,
+    CommandKind,
+)
+from engine.sourceruntime.envelope import PROTOCOL_VERSION, AdmissionAck, SourceCommandEnvelope
+
+
+@dataclass(frozen=True)
+class MailboxLimits:
+    max_commands: int = 1024
+    max_bytes: int = 4 * 1024 * 1024
+    reserved_commands: int = 64
+    reserved_bytes: int = 256 * 1024
+    max_payload: int = 512 * 1024
+    retry_after: float = 0.010
+
+    @classmethod
+    def from_settings(cls) -> MailboxLimits:
+        from django.conf import settings
+
+        engine = settings.ENGINE
+        return cls(
+            max_commands=engine["source-runtime.mailbox.max-commands"],
+            max_bytes=engine["source-runtime.mailbox.max-bytes"],
+            reserved_commands=engine["source-runtime.mailbox.reserved-commands"],
+            reserved_bytes=engine["source-runtime.mailbox.reserved-bytes"],
+            max_payload=engine["source-runtime.command.max-payload-bytes"],
+            retry_after=engine["source-runtime.retry.initial-backoff"],
+        )
+
+
+class WorkerBudget:
+    """Payload bytes queued in every managed mailbox of one worker process."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def reserve(self, size: int) -> bool:
+        with self._lock:
+            if self.used + size > self.max_bytes:
+                return False
+            self.used += size
+            return True
+
+    def release(self, size: int) -> None:
+        with self._lock:
+            self.used -= size
+
+
+@dataclass
+class Queued:
+    """An admitted command waiting for the event loop."""
+
+    sequence: int
+    envelope: SourceCommandEnvelope
+    category: Category
+    admitted_at: float
+    reserved: bool  # admitted into the reserved capacity
+
+
+@dataclass
+class SenderWatermark:
+    """Sequences of one sender applied: every one up to ``upto``, and those above it."""
+
+    upto: int = -1
+    above: set[int] = field(default_factory=set)
+
+    def add(self, sequence: int) -> None:
+        self.above.add(sequence)
+        while self.upto + 1 in self.above:
+            self.upto += 1
+            self.above.remove(self.upto)
+
+    def covers(self, sequence: int) -> bool:
+        return sequence <= self.upto or sequence in self.above
+
+
+class TerminalSignal:
+    """Cancel or fatal failure: set once, atomically, outside the queue's capacity."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.kind: CommandKind | None = None
+        self.reason: str | None = None
+
+    def set(self, kind: CommandKind, reason: str) -> bool:
+        with self._lock:
+            if self.kind is not None:
+                return False
+            self.kind, self.reason = kind, reason
+            return True
+
+    def __bool__(self) -> bool:
+        return self.kind is not None
+
+
+class ReaderMailbox:
+    def __init__(
+        self,
+        job_id: int,
+        runtime_id: str,
+        attempt: int,
+        limits: MailboxLimits,
+        budget: WorkerBudget,
+        wakeup: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+        epoch: int = 0,
+    ) -> None:
+        self.job_id, self.runtime_id, self.attempt = job_id, runtime_id, attempt
+        self.limits, self.budget, self.wakeup, self.clock = limits, budget, wakeup, clock
+        self.epoch = epoch  # the newest coordinator epoch seen: older senders are fenced
+        self.terminal = TerminalSignal()
+        self._lock = threading.Lock()
+        self._sequence = 0
+        self._ordered: deque[Queued] = deque()
+        self._completions: OrderedDict[str, Queued] = OrderedDict()  # coalesced by command id
+        self._observability: deque[Queued] = deque(maxlen=16)  # droppable
+        self._pending: dict[str, int] = {}  # command id -> mailbox sequence, until applied
+        self.watermarks_by_sender: dict[int, SenderWatermark] = {}
+        self.commands = 0
+        self.bytes = 0
+        self.reserved_commands = 0
+        self.reserved_bytes = 0
+        self.admissions: Counter[str] = Counter()
+
+    # -- admission (operation threads) -----------------------------------------------------
+
+    def admit(self, envelope: SourceCommandEnvelope) -> AdmissionAck:
+        ack = self._admit(envelope)
+        self.admissions[ack.status.value] += 1
+        if ack.status == AdmissionStatus.ACCEPTED:
+            self.wakeup()
+        return ack
+
+    def _admit(self, env: SourceCommandEnvelope) -> AdmissionAck:
+        def answer(status: AdmissionStatus, **kw) -> AdmissionAck:
+            return AdmissionAck(status, self.attempt, **kw)
+
+        if env.protocolVersion != PROTOCOL_VERSION:
+            return answer(AdmissionStatus.UNSUPPORTED_PROTOCOL, reasonCode="PROTOCOL_MAJOR")
+        if env.jobId != self.job_id or env.sourceRuntimeId != self.runtime_id:
+            return answer(AdmissionStatus.STALE_TARGET, reasonCode="WRONG_RUNTIME")
+        if env.targetAttemptId != self.attempt:
+            return answer(AdmissionStatus.STALE_TARGET, reasonCode="STALE_ATTEMPT")
+        problem = env.header_problem(self.limits.max_payload)
+        if problem is not None:
+            return answer(AdmissionStatus.INVALID_PAYLOAD, reasonCode=problem)
+        kind = env.kind
+        if COMMANDS[kind][1] == Category.TERMINAL:
+            self.signal_terminal(kind, "COMMAND")
+            return answer(AdmissionStatus.ACCEPTED)
+        with self._lock:
+            if env.coordinatorEpoch < self.epoch:
+                return answer(AdmissionStatus.STALE_TARGET, reasonCode="STALE_EPOCH")
+            if self.terminal:
+                return answer(AdmissionStatus.TERMINAL_REJECTED, reasonCode=self.terminal.reason)
+            self.epoch = env.coordinatorEpoch
+            if env.commandId in self._pending:
+                return answer(
+                    AdmissionStatus.DUPLICATE, mailboxSequence=self._pending[env.commandId]
+                )
+            watermark = self.watermarks_by_sender.get(env.senderAttemptId)
+            if watermark is not None and watermark.covers(env.senderSequence):
+                return answer(AdmissionStatus.DUPLICATE, reasonCode="APPLIED")
+            reserved = self._reserve(kind, env.payloadBytes)
+            if reserved is None:
+                if kind in RESERVED_KINDS:  # an invariant violation: the task fails
+                    self.terminal.set(CommandKind.FATAL, "RESERVED_CAPACITY_EXHAUSTED")
+                    return answer(
+                        AdmissionStatus.TERMINAL_REJECTED, reasonCode="RESERVED_CAPACITY_EXHAUSTED"
+                    )
+                return answer(
+                    AdmissionStatus.RETRY_LATER,
+                    retryAfterMillis=max(1, round(self.limits.retry_after * 1000)),
+                    reasonCode="MAILBOX_FULL",
+                )
+            self._sequence += 1
+            queued = Queued(self._sequence, env, COMMANDS[kind][1], self.clock(), reserved)
+            self._pending[env.commandId] = queued.sequence
+            self._publish(queued)
+            return answer(AdmissionStatus.ACCEPTED, mailboxSequence=queued.sequence)
+
+    def _reserve(self, kind: CommandKind, size: int) -> bool | None:
+        """True (reserved capacity), False (normal capacity) or None (none left)."""
+        lim = self.limits
+        normal_commands = lim.max_commands - lim.reserved_commands
+        normal_bytes = lim.max_bytes - lim.reserved_bytes
+        unreserved = self.commands - self.reserved_commands
+        unreserved_bytes = self.bytes - self.reserved_bytes
+        if (
+            unreserved < normal_commands
+            and unreserved_bytes + size <= normal_bytes
+            and self.budget.reserve(size)
+        ):
+            self.commands += 1
+            self.bytes += size
+            return False
+        if (
+            kind in RESERVED_KINDS
+            and self.reserved_commands < lim.reserved_commands
+            and self.reserved_bytes + size <= lim.reserved_bytes
+        ):
+            self.commands += 1
+            self.bytes += size
+            self.reserved_commands += 1
+            self.reserved_bytes += size
+            return True
+        return None
+
+    def _publish(self, queued: Queued) -> None:
+        if queued.category == Category.ORDERED_CONTROL:
+            self._ordered.append(queued)
+        elif queued.category == Category.ASYNC_COMPLETION:
+            self._completions[queued.envelope.commandId] = queued
+        else:
+            if len(self._observability) == self._observability.maxlen:
+                self._release(self._observability[0])
+            self._observability.append(queued)
+
+    def signal_terminal(self, kind: CommandKind, reason: str) -> bool:
+        """Cancel or fatal failure: preempts everything queued; the reader's ``wakeup()``
+        is called so a poll in progress returns."""
+        first = self.terminal.set(kind, reason)
+        self.wakeup()
+        return first
+
+    # -- the event loop --------------------------------------------------------------------
+
+    def take(self) -> Queued | None:
+        """The next command by category (ordered controls in sequence order first, then
+        async completions, then observability); its capacity is released."""
+        with self._lock:
+            if self._ordered:
+                queued = self._ordered.popleft()
+            elif self._completions:
+                queued = self._completions.popitem(last=False)[1]
+            elif self._observability:
+                queued = self._observability.popleft()
+            else:
+                return None
+            self._release(queued)
+            return queued
+
+    def has_ordered(self) -> bool:
+        with self._lock:
+            return bool(self._ordered)
+
+    def applied(self, envelope: SourceCommandEnvelope) -> None:
+        """The event loop applied it: a redelivery is a DUPLICATE from now on."""
+        with self._lock:
+            self._pending.pop(envelope.commandId, None)
+            self.watermarks_by_sender.setdefault(envelope.senderAttemptId, SenderWatermark()).add(
+                envelope.senderSequence
+            )
+
+    def _release(self, queued: Queued) -> None:
+        size = queued.envelope.payloadBytes
+        self.commands -= 1
+        self.bytes -= size
+        if queued.reserved:
+            self.reserved_commands -= 1
+            self.reserved_bytes -= size
+        else:
+            self.budget.release(size)
+
+    # -- checkpoint metadata and metrics ---------------------------------------------------
+
+    def watermarks(self) -> dict[str, dict]:
+        """Applied sender watermarks with their bounded gaps, for the runtime metadata."""
+        with self._lock:
+            return {
+                str(sender): {"upto": w.upto, "above": sorted(w.above)}
+                for sender, w in self.watermarks_by_sender.items()
+            }
+
+    def restore_watermarks(self, data: dict[str, dict]) -> None:
+        with self._lock:
+            self.watermarks_by_sender = {
+                int(sender): SenderWatermark(w["upto"], set(w["above"]))
+                for sender, w in data.items()
+            }
+
+    def stats(self) -> dict:
+        with self._lock:
+            queued = [*self._ordered, *self._completions.values(), *self._observability]
+            oldest = min((q.admitted_at for q in queued), default=None)
+            return {
+                "commands": self.commands,
+                "bytes": self.bytes,
+                "reservedInUse": self.reserved_commands,
+                "oldestAgeMs": 0 if oldest is None else round((self.clock() - oldest) * 1000),
+                "admissions": dict(self.admissions),
+            }
