@@ -20,7 +20,8 @@ from engine.sourceruntime.lifecycle import (
     SchemaChange,
     SchemaChangeFailed,
 )
-from engine.sourceruntime.reader import PollLimits, ReaderEventLoop
+from engine.sourceruntime.limits import PollLimits
+from engine.sourceruntime.reader import ReaderEventLoop
 
 
 class CountingReader:

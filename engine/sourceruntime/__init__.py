@@ -13,7 +13,8 @@ from engine.sourceruntime.capability import (
 )
 from engine.sourceruntime.choices import AdmissionStatus, CommandKind, Lane
 from engine.sourceruntime.envelope import AdmissionAck, SourceCommandEnvelope
-from engine.sourceruntime.mailbox import MailboxLimits, ReaderMailbox, WorkerBudget
+from engine.sourceruntime.limits import MailboxLimits, PollLimits
+from engine.sourceruntime.mailbox import ReaderMailbox, WorkerBudget
 
 __all__ = [
     "LEGACY",
@@ -24,6 +25,7 @@ __all__ = [
     "LaneMismatch",
     "MailboxLimits",
     "ManagedSourceCapability",
+    "PollLimits",
     "ReaderMailbox",
     "SourceCommandEnvelope",
     "SourceRuntime",

@@ -26,30 +26,7 @@ from engine.sourceruntime.choices import (
     CommandKind,
 )
 from engine.sourceruntime.envelope import PROTOCOL_VERSION, AdmissionAck, SourceCommandEnvelope
-
-
-@dataclass(frozen=True)
-class MailboxLimits:
-    max_commands: int = 1024
-    max_bytes: int = 4 * 1024 * 1024
-    reserved_commands: int = 64
-    reserved_bytes: int = 256 * 1024
-    max_payload: int = 512 * 1024
-    retry_after: float = 0.010
-
-    @classmethod
-    def from_settings(cls) -> MailboxLimits:
-        from django.conf import settings
-
-        engine = settings.ENGINE
-        return cls(
-            max_commands=engine["source-runtime.mailbox.max-commands"],
-            max_bytes=engine["source-runtime.mailbox.max-bytes"],
-            reserved_commands=engine["source-runtime.mailbox.reserved-commands"],
-            reserved_bytes=engine["source-runtime.mailbox.reserved-bytes"],
-            max_payload=engine["source-runtime.command.max-payload-bytes"],
-            retry_after=engine["source-runtime.retry.initial-backoff"],
-        )
+from engine.sourceruntime.limits import MailboxLimits
 
 
 class WorkerBudget:

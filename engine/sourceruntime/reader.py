@@ -21,27 +21,8 @@ from engine.sourceruntime.capability import MANAGED_LANE_VERSION, RUNTIME_METADA
 from engine.sourceruntime.choices import CommandKind, PollStatus
 from engine.sourceruntime.envelope import PROTOCOL_VERSION
 from engine.sourceruntime.lifecycle import Life, Lifecycle, SchemaChange
+from engine.sourceruntime.limits import PollLimits
 from engine.sourceruntime.mailbox import Queued, ReaderMailbox
-
-
-@dataclass(frozen=True)
-class PollLimits:
-    max_records: int = 64
-    max_bytes: int = 4 * 1024 * 1024
-    soft: float = 0.005
-    hard: float = 1.0
-
-    @classmethod
-    def from_settings(cls) -> PollLimits:
-        from django.conf import settings
-
-        engine = settings.ENGINE
-        return cls(
-            max_records=engine["source-runtime.poll.max-records"],
-            max_bytes=engine["source-runtime.mailbox.max-bytes"],
-            soft=engine["source-runtime.poll.soft-duration"],
-            hard=engine["source-runtime.poll.hard-duration"],
-        )
 
 
 @dataclass
