@@ -246,6 +246,16 @@ def test_graceful_close_and_end_of_input_drain_then_close():
     assert len(out) == 5 and event_loop.life.state == Life.CLOSED
 
 
+def test_no_more_splits_after_an_idle_turn_still_ends_the_input():
+    event_loop, box, _, out, _ = loop(size=5)
+    send(box, CommandKind.ASSIGN_SPLITS, {"splits": ["a"]})
+    drain(event_loop)
+    assert len(out) == 5 and event_loop.life.state == Life.RUNNING  # nothing available
+    send(box, CommandKind.NO_MORE_SPLITS)
+    drain(event_loop)
+    assert event_loop.life.state == Life.CLOSED
+
+
 def test_a_schema_change_stops_polling_and_a_latched_close_waits_for_it():
     event_loop, box, _, out, _ = loop(size=10**6)
     send(box, CommandKind.ASSIGN_SPLITS, {"splits": ["a"]})

@@ -243,9 +243,10 @@ class ReaderMailbox:
             self._release(queued)
             return queued
 
-    def has_ordered(self) -> bool:
+    def next_ordered_kind(self) -> CommandKind | None:
+        """The kind of the ordered control the event loop takes next, if any."""
         with self._lock:
-            return bool(self._ordered)
+            return self._ordered[0].envelope.kind if self._ordered else None
 
     def applied(self, envelope: SourceCommandEnvelope) -> None:
         """The event loop applied it: a redelivery is a DUPLICATE from now on."""

@@ -93,9 +93,13 @@ class ReaderEventLoop:
         capability_digest: str,
         lineage: list[int] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        may_close: Callable[[], bool] = lambda: True,
     ) -> None:
         self.mailbox, self.reader, self.limits, self.clock = mailbox, reader, limits, clock
         self.emit, self.on_snapshot = emit, on_snapshot
+        #: Whether a draining reader may close (a checkpointed one: once its final checkpoint
+        #: is committed); until then it keeps applying controls.
+        self.may_close = may_close
         self.capability_digest = capability_digest
         self.lineage = [*(lineage or []), mailbox.attempt]
         self.life = Lifecycle()
@@ -129,8 +133,13 @@ class ReaderEventLoop:
             return True
         if self.close_latched and not self.schema.blocks_polling:
             # Graceful close or end of input, acted on once no schema change is under way.
-            self.life.move(Life.DRAINING if self.life.state == Life.RUNNING else Life.CLOSED)
-            return True
+            if self.life.state == Life.RUNNING:
+                self.life.move(Life.DRAINING)
+                return True
+            if self.may_close():
+                self.life.move(Life.CLOSED)
+                return True
+            return False
         if self.life.state == Life.RUNNING and self.available and not self.schema.blocks_polling:
             self._poll_turn()
             return True
@@ -153,6 +162,7 @@ class ReaderEventLoop:
         elif kind == CommandKind.NO_MORE_SPLITS:
             self.reader.notify_no_more_splits()
             self.no_more_splits_generation += 1
+            self.available = True  # a reader that had nothing may now be at its end
         elif kind == CommandKind.CHECKPOINT:
             self._snapshot(payload["checkpoint"])
         elif kind in (CommandKind.CHECKPOINT_COMPLETE, CommandKind.CHECKPOINT_ABORT):

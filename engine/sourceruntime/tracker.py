@@ -111,6 +111,14 @@ class AssignmentTracker:
             entry.command_id = entry.checkpoint = None
         return back
 
+    def reconcile(self, reader: int, held: set[str]) -> list[str]:
+        """After a coordinator failover (the tracker restored from the same cut as the
+        reader): what the restored reader holds is its own for good (the cut completed), the
+        rest tracked for it returns to the enumerator. Returns those, in id order."""
+        for split_id in [s for s in held if s in self.entries]:
+            self.bytes -= self.entries.pop(split_id).size
+        return self.reader_failed(reader)
+
     def _advance(self, split_id: str, attempt: int, sources: tuple, target: S) -> bool:
         entry = self.entries.get(split_id)
         if entry is None or entry.attempt != attempt or entry.state not in sources:
@@ -119,6 +127,11 @@ class AssignmentTracker:
         return True
 
     # -- views and the checkpoint ----------------------------------------------------------
+
+    def all_admitted(self) -> bool:
+        """Every tracked split is past admission: a control sent now (no-more-splits) is
+        ordered after all of them in the reader's mailbox."""
+        return all(e.state not in (S.UNASSIGNED, S.DISPATCHED) for e in self.entries.values())
 
     def unassigned(self) -> list[str]:
         return sorted(e.split_id for e in self.entries.values() if e.state == S.UNASSIGNED)
