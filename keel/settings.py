@@ -41,6 +41,11 @@ def _duration(name: str, text: str) -> float:
     return float(match.group(1)) * factor
 
 
+def _seconds(name: str, default: str) -> float:
+    """A duration from the environment (``_duration``'s forms), else ``default``."""
+    return _duration(name, os.environ.get(name, default))
+
+
 def _count(name: str, default: str, minimum: int = 0) -> int:
     """A whole number from the environment, refused at startup if it is not one or is below
     ``minimum`` (a negative history size, say, would silently keep nothing)."""
@@ -342,57 +347,37 @@ ENGINE = {
     ).lower()
     in ("1", "true", "yes"),
     "source-runtime.managed-connectors": _names("KEEL_SOURCE_RUNTIME_MANAGED_CONNECTORS", ""),
-    "source-runtime.mailbox.max-commands": _count(
-        "KEEL_SOURCE_RUNTIME_MAILBOX_MAX_COMMANDS", "1024", minimum=1
-    ),
-    "source-runtime.mailbox.max-bytes": _bytes("KEEL_SOURCE_RUNTIME_MAILBOX_MAX_BYTES", "4MiB"),
-    "source-runtime.mailbox.reserved-commands": _count(
-        "KEEL_SOURCE_RUNTIME_MAILBOX_RESERVED_COMMANDS", "64", minimum=1
-    ),
-    "source-runtime.mailbox.reserved-bytes": _bytes(
-        "KEEL_SOURCE_RUNTIME_MAILBOX_RESERVED_BYTES", "256KiB"
-    ),
-    "source-runtime.worker-mailbox.max-bytes": _bytes(
-        "KEEL_SOURCE_RUNTIME_WORKER_MAILBOX_MAX_BYTES", "256MiB"
-    ),
-    "source-runtime.command.max-payload-bytes": _bytes(
-        "KEEL_SOURCE_RUNTIME_COMMAND_MAX_PAYLOAD_BYTES", "512KiB"
-    ),
-    "source-runtime.poll.max-records": _count(
-        "KEEL_SOURCE_RUNTIME_POLL_MAX_RECORDS", "64", minimum=1
-    ),
-    "source-runtime.poll.soft-duration": _duration(
-        "KEEL_SOURCE_RUNTIME_POLL_SOFT_DURATION",
-        os.environ.get("KEEL_SOURCE_RUNTIME_POLL_SOFT_DURATION", "5ms"),
-    ),
-    "source-runtime.poll.hard-duration": _duration(
-        "KEEL_SOURCE_RUNTIME_POLL_HARD_DURATION",
-        os.environ.get("KEEL_SOURCE_RUNTIME_POLL_HARD_DURATION", "1s"),
-    ),
-    "source-runtime.poll.cancellation-timeout": _duration(
-        "KEEL_SOURCE_RUNTIME_POLL_CANCELLATION_TIMEOUT",
-        os.environ.get("KEEL_SOURCE_RUNTIME_POLL_CANCELLATION_TIMEOUT", "30s"),
-    ),
-    "source-runtime.admission.p99-budget": _duration(
-        "KEEL_SOURCE_RUNTIME_ADMISSION_P99_BUDGET",
-        os.environ.get("KEEL_SOURCE_RUNTIME_ADMISSION_P99_BUDGET", "5ms"),
-    ),
-    "source-runtime.retry.initial-backoff": _duration(
-        "KEEL_SOURCE_RUNTIME_RETRY_INITIAL_BACKOFF",
-        os.environ.get("KEEL_SOURCE_RUNTIME_RETRY_INITIAL_BACKOFF", "10ms"),
-    ),
-    "source-runtime.retry.max-backoff": _duration(
-        "KEEL_SOURCE_RUNTIME_RETRY_MAX_BACKOFF",
-        os.environ.get("KEEL_SOURCE_RUNTIME_RETRY_MAX_BACKOFF", "1s"),
-    ),
-    "source-runtime.coordinator.async-max-concurrency": _count(
-        "KEEL_SOURCE_RUNTIME_COORDINATOR_ASYNC_MAX_CONCURRENCY", "4", minimum=1
-    ),
-    "source-runtime.tracker.max-entries": _count(
-        "KEEL_SOURCE_RUNTIME_TRACKER_MAX_ENTRIES", "100000", minimum=1
-    ),
-    "source-runtime.tracker.max-bytes": _bytes("KEEL_SOURCE_RUNTIME_TRACKER_MAX_BYTES", "64MiB"),
 }
+
+
+def _positive(name: str, default: str) -> int:
+    return _count(name, default, minimum=1)
+
+
+#: The managed Source runtime's bounds, with the design's initial production defaults: option
+#: (under ``source-runtime.``), how it is read, default. Each comes from the environment as
+#: ``KEEL_SOURCE_RUNTIME_`` and the option's name in capitals (``.`` and ``-`` as ``_``).
+SOURCE_RUNTIME_BOUNDS = (
+    ("mailbox.max-commands", _positive, "1024"),
+    ("mailbox.max-bytes", _bytes, "4MiB"),
+    ("mailbox.reserved-commands", _positive, "64"),
+    ("mailbox.reserved-bytes", _bytes, "256KiB"),
+    ("worker-mailbox.max-bytes", _bytes, "256MiB"),
+    ("command.max-payload-bytes", _bytes, "512KiB"),
+    ("poll.max-records", _positive, "64"),
+    ("poll.soft-duration", _seconds, "5ms"),
+    ("poll.hard-duration", _seconds, "1s"),
+    ("poll.cancellation-timeout", _seconds, "30s"),
+    ("admission.p99-budget", _seconds, "5ms"),
+    ("retry.initial-backoff", _seconds, "10ms"),
+    ("retry.max-backoff", _seconds, "1s"),
+    ("coordinator.async-max-concurrency", _positive, "4"),
+    ("tracker.max-entries", _positive, "100000"),
+    ("tracker.max-bytes", _bytes, "64MiB"),
+)
+for _option, _read, _default in SOURCE_RUNTIME_BOUNDS:
+    _env = "KEEL_SOURCE_RUNTIME_" + re.sub(r"[.-]", "_", _option).upper()
+    ENGINE[f"source-runtime.{_option}"] = _read(_env, _default)
 
 LOGGING = {
     "version": 1,
