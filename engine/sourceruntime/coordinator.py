@@ -141,6 +141,11 @@ class CoordinatorEventLoop:
         heapq.heappush(self._timers, timer)
         return Cancellable(lambda: self._cancel_timer(timer))
 
+    @property
+    def in_flight(self) -> int:
+        """Async runs not yet handed back (or fenced)."""
+        return len(self._runs)
+
     def new_epoch(self) -> int:
         """A coordinator failover: every run in flight is fenced, every timer cancelled."""
         self.epoch += 1

@@ -1,0 +1,142 @@
+"""LocalFile in the managed lane: a reader of file splits in bounded poll turns, and the
+enumerator's discovery of new files on the coordinator's async workers.
+
+Discovery lists the directory on the shared engine pool with an immutable input (the files
+already known, frozen when the scan is asked for); its result comes back to the coordinator
+loop, fenced by epoch, and only there are new files added and handed on as splits, each named
+by its path under the source directory (ownership by split id). Scans repeat at a fixed delay,
+one at a time (COALESCE_ONE).
+
+Not yet declared as LocalFile's ``managed_capability``: that happens when task groups run Lane A.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from engine.connectors.boundaries import resolve_file_path
+from engine.connectors.localfile import LocalFileSource, _files
+from engine.sourceruntime.capability import ManagedSourceCapability
+from engine.sourceruntime.choices import PollStatus
+from engine.sourceruntime.coordinator import CoordinatorEventLoop
+from engine.sourceruntime.reader import PollContext
+from engine.states import JobMode
+
+CAPABILITY = ManagedSourceCapability(async_enumerator=True)
+ROW_BYTES = 64
+
+
+def split_for(root: Path, path: Path) -> dict:
+    relative = path.relative_to(root).as_posix()
+    return {"splitId": f"file:{relative}", "path": str(path), "relativePath": relative}
+
+
+def scan(root: Path, config: dict, known: frozenset[str]) -> list[dict]:
+    """The files under ``root`` that are not in ``known`` (split ids), as splits, in order.
+    Runs on a worker of the shared pool: it reads only its arguments."""
+    return [s for p in _files(root, config) if (s := split_for(root, p))["splitId"] not in known]
+
+
+class FileDiscovery:
+    def __init__(
+        self,
+        source: LocalFileSource,
+        loop: CoordinatorEventLoop,
+        interval: float,
+        on_new: Callable[[list[dict]], None],
+    ) -> None:
+        self.source, self.loop, self.interval, self.on_new = source, loop, interval, on_new
+        self.root = resolve_file_path(source.config["path"])
+        self.known: set[str] = set()
+        self.failures = 0
+
+    def start(self) -> None:
+        self.loop.schedule_in_coordinator_thread("discovery-tick", 0, self._tick)
+
+    def _tick(self) -> None:
+        known = frozenset(self.known)  # the scan's input: immutable, taken on the loop
+        config = dict(self.source.config)
+        self.loop.call_async("discovery", lambda: scan(self.root, config, known), self._found)
+        self.loop.schedule_in_coordinator_thread("discovery-tick", self.interval, self._tick)
+
+    def _found(self, splits: list[dict] | None, error: BaseException | None) -> None:
+        if error is not None:
+            self.failures += 1  # the next tick scans again
+            return
+        new = [s for s in splits or [] if s["splitId"] not in self.known]
+        self.known.update(s["splitId"] for s in new)
+        if new:
+            self.on_new(new)
+
+    def snapshot(self) -> list[str]:
+        """Checkpointed with the enumerator: the files already handed on."""
+        return sorted(self.known)
+
+    def restore(self, known: list[str]) -> None:
+        self.known = set(known)
+
+
+class ManagedLocalFileReader:
+    def __init__(self, source: LocalFileSource, mode: str = JobMode.STREAMING) -> None:
+        self.source, self.mode = source, mode
+        self.splits: dict[str, dict] = {}
+        self.offsets: dict[str, int] = {}  # records read: the checkpoint-visible state
+        self.done: set[str] = set()
+        self.no_more_splits = False
+        self.cursor = 0
+        #: Open readers, positioned at their offset, with the batch size they yield.
+        self._reading: dict[str, tuple[int, Iterator]] = {}
+
+    def add_splits(self, splits: list[dict]) -> None:
+        for split in splits:
+            self.splits.setdefault(split["splitId"], split)
+            self.offsets.setdefault(split["splitId"], 0)
+
+    def notify_no_more_splits(self) -> None:
+        self.no_more_splits = True
+
+    def snapshot(self) -> dict:
+        return {
+            "splits": list(self.splits.values()),
+            "offsets": dict(self.offsets),
+            "done": sorted(self.done),
+        }
+
+    def restore(self, state: dict) -> None:
+        self.splits = {s["splitId"]: s for s in state["splits"]}
+        self.offsets = dict(state["offsets"])
+        self.done = set(state.get("done", []))
+        self._reading.clear()
+
+    def wakeup(self) -> None:
+        return None  # a poll never blocks: nothing to interrupt
+
+    def poll(self, context: PollContext) -> PollStatus:
+        """One batch of at most the turn's records from the next unfinished file, its offset
+        advanced with it."""
+        order = [s for s in sorted(self.offsets) if s not in self.done]
+        for turn in range(len(order)):
+            split_id = order[(self.cursor + turn) % len(order)]
+            allowed = min(context.remaining_records, context.limits.max_bytes // ROW_BYTES)
+            allowed = max(1, allowed)
+            size, reading = self._reading.get(split_id, (0, None))
+            if reading is None or size > allowed:  # (re)opened at the offset, batches fitting
+                reading = self.source.read(
+                    self.splits[split_id], self.offsets[split_id], self.mode, allowed
+                )
+                self._reading[split_id] = (allowed, reading)
+            step = next(reading, None)
+            if step is None:
+                self.done.add(split_id)
+                self._reading.pop(split_id, None)
+                continue
+            rows, offset = step
+            for row in rows:
+                context.emit(row, ROW_BYTES)
+            self.offsets[split_id] = offset  # advanced with the rows, in the same turn
+            self.cursor = (self.cursor + turn + 1) % max(len(order), 1)
+            return PollStatus.MORE_AVAILABLE
+        if self.no_more_splits and self.mode == JobMode.BATCH:
+            return PollStatus.END_OF_INPUT
+        return PollStatus.NOTHING_AVAILABLE
