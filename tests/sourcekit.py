@@ -55,7 +55,18 @@ class Crash(Exception):
 
 
 class ManagedPipeline:
-    def __init__(self, splits: int = 4, rows: int = 25, fault: str | None = None) -> None:
+    def __init__(
+        self,
+        splits: int = 4,
+        rows: int = 25,
+        fault: str | None = None,
+        faults: dict[str, set[int]] | None = None,
+        abort_every: int | None = None,
+        checkpoints: bool = True,
+    ) -> None:
+        """``fault``: one point, fired the second time it is reached; ``faults``: points and
+        the occurrences at which they fire; ``abort_every``: every n-th periodic checkpoint
+        aborts; ``checkpoints`` false: only the final one (what the sink commits at the end)."""
         plan = plan_job(
             f"source {{ FakeSource {{ row.num = {rows}, split.num = {splits} }} }}\n"
             "sink { Blackhole { } }"
@@ -63,7 +74,9 @@ class ManagedPipeline:
         node = plan.pipelines[0].source
         self.source = FakeSource(node.config, node.path)
         self.splits = {s["splitId"]: s for s in self.source.create_splits("BATCH")}
-        self.fault, self.fired, self.reached = fault, False, 0
+        self.faults = faults if faults is not None else ({fault: {2}} if fault else {})
+        self.fired, self.reached = False, dict.fromkeys(POINTS, 0)
+        self.abort_every, self.checkpoints_enabled = abort_every, checkpoints
         self.epoch, self.attempt, self.sequence = 1, 0, 0
         self.tracker = AssignmentTracker()
         self.pending = sorted(self.splits)  # the enumerator's unassigned splits
@@ -84,12 +97,12 @@ class ManagedPipeline:
     # -- faults ---------------------------------------------------------------------------
 
     def at(self, point: str) -> bool:
-        """True once, the second time the armed point is reached (so that something was
-        done before it): the caller then loses the message, or it crashes."""
-        if self.fault != point or self.fired:
+        """True at the armed occurrences of a point: the caller then loses the message, or
+        it crashes."""
+        if point not in self.faults:
             return False
-        self.reached += 1
-        if self.reached == 2:
+        self.reached[point] += 1
+        if self.reached[point] in self.faults[point]:
             self.fired = True
             if CRASHES[point] in ("reader", "coordinator"):
                 raise Crash(CRASHES[point])
@@ -210,6 +223,11 @@ class ManagedPipeline:
         self.tracker.included(0, self.attempt, snapshot.checkpoint, set(snapshot.state["offsets"]))
         self.at("task-ack-before-forwarding")
         self.staged[snapshot.checkpoint], self.buffer[:] = list(self.buffer), []
+        final = self.final_checkpoint is not None and snapshot.checkpoint >= self.final_checkpoint
+        if not final and self.abort_every and snapshot.checkpoint % self.abort_every == 0:
+            self.tracker.aborted(snapshot.checkpoint)  # its rows wait for a later checkpoint
+            self.cuts.pop(snapshot.checkpoint, None)
+            return
         for c in sorted(c for c in self.staged if c <= snapshot.checkpoint):
             self.committed += self.staged.pop(c)
         if self.final_checkpoint is not None and snapshot.checkpoint >= self.final_checkpoint:
@@ -253,7 +271,7 @@ class ManagedPipeline:
         for n in range(rounds):
             try:
                 self.assign()
-                if n % 3 == 2:
+                if n % 3 == 2 and self.checkpoints_enabled:
                     self.barrier()
                 if n % 5 == 4:
                     self.resend()
