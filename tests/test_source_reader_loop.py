@@ -21,7 +21,7 @@ from engine.sourceruntime.lifecycle import (
     SchemaChangeFailed,
 )
 from engine.sourceruntime.limits import PollLimits
-from engine.sourceruntime.reader import ReaderEventLoop
+from engine.sourceruntime.reader import TURNS_PER_STEP, ReaderEventLoop
 
 
 class CountingReader:
@@ -95,11 +95,17 @@ def loop(size=100, slow=0.0, **limits):
     clock = Clock()
     box = ReaderMailbox(1, "1/1", 2, MailboxLimits(), WorkerBudget(10**9), clock=clock)
     reader = CountingReader(size, clock, slow)
-    out, snaps = [], []
+    out, snaps, turns = [], [], []
+
+    def emit(records):
+        out.extend(records)
+        turns.append(len(records))
+
     event_loop = ReaderEventLoop(
-        box, reader, PollLimits(**limits), out.extend, snaps.append, "digest", clock=clock
+        box, reader, PollLimits(**limits), emit, snaps.append, "digest", clock=clock
     )
     event_loop.start()
+    event_loop.turns = turns  # records of each poll turn
     return event_loop, box, reader, out, snaps
 
 
@@ -141,31 +147,52 @@ def test_a_command_admitted_before_a_barrier_is_in_its_snapshot_and_one_after_is
 
 
 def test_no_poll_turn_runs_between_an_admitted_control_and_its_application():
-    event_loop, box, _reader, out, snaps = loop(size=10**6)
+    event_loop, box, _, out, snaps = loop(size=10**6)
     send(box, CommandKind.ASSIGN_SPLITS, {"splits": ["a"]})
     event_loop.step()  # applies the assignment
-    event_loop.step()  # one poll turn
-    assert len(out) == 64
+    event_loop.step()  # poll turns, back to back while nothing else is queued
+    assert len(out) == 64 * TURNS_PER_STEP and set(event_loop.turns) == {64}
     send(box, CommandKind.CHECKPOINT, {"checkpoint": 7})
     event_loop.step()  # the barrier comes before any further turn
-    assert snaps[-1].state == {"a": 64} and len(out) == 64
+    assert snaps[-1].state == {"a": len(out)} and len(out) == 64 * TURNS_PER_STEP
+
+
+def test_turns_stop_back_to_back_as_soon_as_a_control_is_queued():
+    event_loop, box, _, out, snaps = loop(size=10**6)
+    send(box, CommandKind.ASSIGN_SPLITS, {"splits": ["a"]})
+    event_loop.step()
+    box.wakeup = lambda: None
+    original = event_loop.reader.poll
+
+    def poll_then_barrier(context):
+        status = original(context)
+        if len(event_loop.turns) == 2:  # a barrier arrives during the third turn
+            send(box, CommandKind.CHECKPOINT, {"checkpoint": 1})
+        return status
+
+    event_loop.reader.poll = poll_then_barrier
+    event_loop.step()
+    assert len(event_loop.turns) == 3  # the turn in progress ends; no fourth one
+    event_loop.step()
+    assert snaps[-1].state == {"a": len(out)}
 
 
 def test_a_poll_turn_yields_at_its_record_byte_and_time_budgets():
-    event_loop, box, reader, out, _ = loop(size=10**6, max_records=10)
+    event_loop, box, reader, _, _ = loop(size=10**6, max_records=10)
     send(box, CommandKind.ASSIGN_SPLITS, {"splits": ["a"]})
     event_loop.step(), event_loop.step()
-    assert len(out) == 10
-    event_loop, box, reader, out, _ = loop(size=10**6, max_bytes=40)
+    assert set(event_loop.turns) == {10}
+    event_loop, box, reader, _, _ = loop(size=10**6, max_bytes=40)
     send(box, CommandKind.ASSIGN_SPLITS, {"splits": ["a"]})
     event_loop.step(), event_loop.step()
-    assert len(out) == 5  # 8 bytes a record
-    event_loop, box, reader, out, _ = loop(size=10**6, slow=0.01, soft=0.005, hard=0.008)
+    assert set(event_loop.turns) == {5}  # 8 bytes a record
+    event_loop, box, reader, _, _ = loop(size=10**6, slow=0.01, soft=0.005, hard=0.008)
     send(box, CommandKind.ASSIGN_SPLITS, {"splits": ["a"]})
     event_loop.step(), event_loop.step()
-    assert len(out) == 1  # past its soft deadline after the first record
-    assert (event_loop.metrics.soft_overruns, event_loop.metrics.hard_wakeups) == (1, 1)
-    assert reader.wakeups == 1  # a hard overrun calls wakeup()
+    assert set(event_loop.turns) == {1}  # past its soft deadline after the first record
+    turns = len(event_loop.turns)
+    assert (event_loop.metrics.soft_overruns, event_loop.metrics.hard_wakeups) == (turns, turns)
+    assert reader.wakeups == turns  # each hard overrun calls wakeup()
 
 
 def test_nothing_available_waits_for_an_availability_wakeup():

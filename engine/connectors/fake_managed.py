@@ -64,10 +64,8 @@ class ManagedFakeReader:
                     self.cursor = (self.cursor + turn) % len(order)
                     return PollStatus.MORE_AVAILABLE
                 stop = offset + room if limit is None else min(offset + room, limit)
-                for row in self.build(
-                    self.source.row_ids(self.splits[split_id], self.mode, offset, stop)
-                ):
-                    context.emit(row, ROW_BYTES)
+                ids = self.source.row_ids(self.splits[split_id], self.mode, offset, stop)
+                context.emit_many(self.build(ids), ROW_BYTES)
                 offset = stop
                 self.offsets[split_id] = offset  # advanced with the rows, in the same turn
                 if context.should_yield():

@@ -243,6 +243,11 @@ class ReaderMailbox:
             self._release(queued)
             return queued
 
+    def has_work(self) -> bool:
+        """Anything for the event loop besides polling (read without the lock: a command
+        admitted just after is seen at the next check, one turn later at most)."""
+        return bool(self.terminal or self._ordered or self._completions or self._observability)
+
     def next_ordered_kind(self) -> CommandKind | None:
         """The kind of the ordered control the event loop takes next, if any."""
         with self._lock:
