@@ -99,6 +99,15 @@ class DatabaseTemplate:
 _redis_db = itertools.cycle(range(8, 16))
 
 
+def _json_or_text(body: bytes) -> Any:
+    """The answer's JSON; an answer that is not JSON (a server error page) as its text, so
+    that a test fails on the status and shows what came back."""
+    try:
+        return json.loads(body)
+    except ValueError:
+        return {"notJson": body.decode(errors="replace")[:2000]}
+
+
 class Cluster:
     """One running local cluster and the ways a test looks at and hurts it."""
 
@@ -306,9 +315,9 @@ class Cluster:
         )
         try:
             with urllib.request.urlopen(request, timeout=30) as resp:
-                return resp.status, json.loads(resp.read())
+                return resp.status, _json_or_text(resp.read())
         except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+            return exc.code, _json_or_text(exc.read())
 
     def restore(self) -> None:
         """Start every process of the cluster that is not running (between destructive tests),

@@ -41,10 +41,14 @@ def test_a_web_process_frozen_inside_a_submit_stalls_nothing(db_template):
         with psycopg.connect(c.database_url) as holder:
             holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", EVENT_APPEND)
             answers: list[int] = []
-            request = threading.Thread(
-                target=lambda: answers.append(post(c, "/api/v1/jobs", {"config": STREAMING})[0]),
-                daemon=True,
-            )
+            bodies: list = []
+
+            def send() -> None:
+                code, body = post(c, "/api/v1/jobs", {"config": STREAMING})
+                answers.append(code)
+                bodies.append(body)
+
+            request = threading.Thread(target=send, daemon=True)
             request.start()
             wait_for(web_waits_on_a_lock, 10, what="the submit to wait for the append lock")
             c.signal("web", signal.SIGSTOP)
@@ -64,5 +68,5 @@ def test_a_web_process_frozen_inside_a_submit_stalls_nothing(db_template):
             c.signal("web", signal.SIGCONT)
         # Woken, the web process answers that nothing was committed: send it again.
         request.join(30)
-        assert answers == [503]
+        assert answers == [503], (bodies, c.log("web")[-4000:])
         assert c.one("SELECT count(*) FROM engine_job") == 1
