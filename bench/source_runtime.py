@@ -92,7 +92,7 @@ def lane_a(source: FakeSource, checkpoints: list[float] | None = None) -> float:
     started, steps, checkpoint = time.perf_counter(), 0, 0
     while loop.step():
         steps += 1
-        if checkpoints is not None and steps % 500 == 0:
+        if checkpoints is not None and steps % 20 == 0:
             checkpoint += 1
             barriers[checkpoint] = time.perf_counter()
             mailbox.admit(envelope(1, CommandKind.CHECKPOINT, {"checkpoint": checkpoint}))
