@@ -7,12 +7,10 @@ runs Lane A, so that the allow-list can never put FakeSource in a lane nothing r
 
 from __future__ import annotations
 
-import threading
-
 from engine.connectors.fake import FakeSource, row_builder
 from engine.sourceruntime.capability import ManagedSourceCapability
 from engine.sourceruntime.choices import PollStatus
-from engine.sourceruntime.reader import PollContext
+from engine.sourceruntime.reader import PollContext, SplitOffsets
 from engine.states import JobMode
 
 CAPABILITY = ManagedSourceCapability()
@@ -20,34 +18,11 @@ CAPABILITY = ManagedSourceCapability()
 ROW_BYTES = 64
 
 
-class ManagedFakeReader:
+class ManagedFakeReader(SplitOffsets):
     def __init__(self, source: FakeSource, mode: str = JobMode.BATCH) -> None:
+        super().__init__()
         self.source, self.mode = source, mode
         self.build = row_builder(source.output_schema(), source.sizes())
-        self.splits: dict[str, dict] = {}  # split id -> split
-        self.offsets: dict[str, int] = {}  # split id -> rows read: the checkpoint-visible state
-        self.no_more_splits = False
-        self.cursor = 0  # where the next poll turn starts, among the splits in id order
-        self.woken = threading.Event()
-
-    def add_splits(self, splits: list[dict]) -> None:
-        """Idempotent: a split assigned twice is read once."""
-        for split in splits:
-            self.splits.setdefault(split["splitId"], split)
-            self.offsets.setdefault(split["splitId"], 0)
-
-    def notify_no_more_splits(self) -> None:
-        self.no_more_splits = True
-
-    def restore(self, state: dict) -> None:
-        self.splits = {s["splitId"]: s for s in state["splits"]}
-        self.offsets = dict(state["offsets"])
-
-    def snapshot(self) -> dict:
-        return {"splits": list(self.splits.values()), "offsets": dict(self.offsets)}
-
-    def wakeup(self) -> None:
-        self.woken.set()  # nothing blocks in poll: a no-op beyond the flag, idempotent
 
     def poll(self, context: PollContext) -> PollStatus:
         """Rows from the splits in turn (each turn starts with the split after the one the

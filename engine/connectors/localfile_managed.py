@@ -20,7 +20,7 @@ from engine.connectors.localfile import LocalFileSource, _files
 from engine.sourceruntime.capability import ManagedSourceCapability
 from engine.sourceruntime.choices import PollStatus
 from engine.sourceruntime.coordinator import CoordinatorEventLoop
-from engine.sourceruntime.reader import PollContext
+from engine.sourceruntime.reader import PollContext, SplitOffsets
 from engine.states import JobMode
 
 CAPABILITY = ManagedSourceCapability(async_enumerator=True)
@@ -77,40 +77,21 @@ class FileDiscovery:
         self.known = set(known)
 
 
-class ManagedLocalFileReader:
+class ManagedLocalFileReader(SplitOffsets):
     def __init__(self, source: LocalFileSource, mode: str = JobMode.STREAMING) -> None:
+        super().__init__()
         self.source, self.mode = source, mode
-        self.splits: dict[str, dict] = {}
-        self.offsets: dict[str, int] = {}  # records read: the checkpoint-visible state
-        self.done: set[str] = set()
-        self.no_more_splits = False
-        self.cursor = 0
+        self.done: set[str] = set()  # files read to their end
         #: Open readers, positioned at their offset, with the batch size they yield.
         self._reading: dict[str, tuple[int, Iterator]] = {}
 
-    def add_splits(self, splits: list[dict]) -> None:
-        for split in splits:
-            self.splits.setdefault(split["splitId"], split)
-            self.offsets.setdefault(split["splitId"], 0)
-
-    def notify_no_more_splits(self) -> None:
-        self.no_more_splits = True
-
     def snapshot(self) -> dict:
-        return {
-            "splits": list(self.splits.values()),
-            "offsets": dict(self.offsets),
-            "done": sorted(self.done),
-        }
+        return {**super().snapshot(), "done": sorted(self.done)}
 
     def restore(self, state: dict) -> None:
-        self.splits = {s["splitId"]: s for s in state["splits"]}
-        self.offsets = dict(state["offsets"])
+        super().restore(state)
         self.done = set(state.get("done", []))
         self._reading.clear()
-
-    def wakeup(self) -> None:
-        return None  # a poll never blocks: nothing to interrupt
 
     def poll(self, context: PollContext) -> PollStatus:
         """One batch of at most the turn's records from the next unfinished file, its offset

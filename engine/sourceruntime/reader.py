@@ -73,6 +73,36 @@ class ManagedReader(Protocol):
     def wakeup(self) -> None: ...
 
 
+class SplitOffsets:
+    """The checkpoint-visible state most managed readers keep: their splits by id and how far
+    each was read. Assignments are idempotent (a split assigned twice is read once); a poll
+    never blocks, so ``wakeup()`` has nothing to interrupt."""
+
+    def __init__(self) -> None:
+        self.splits: dict[str, dict] = {}
+        self.offsets: dict[str, int] = {}
+        self.no_more_splits = False
+        self.cursor = 0  # where the next poll turn starts, among the splits in id order
+
+    def add_splits(self, splits: list[dict]) -> None:
+        for split in splits:
+            self.splits.setdefault(split["splitId"], split)
+            self.offsets.setdefault(split["splitId"], 0)
+
+    def notify_no_more_splits(self) -> None:
+        self.no_more_splits = True
+
+    def snapshot(self) -> dict:
+        return {"splits": list(self.splits.values()), "offsets": dict(self.offsets)}
+
+    def restore(self, state: dict) -> None:
+        self.splits = {s["splitId"]: s for s in state["splits"]}
+        self.offsets = dict(state["offsets"])
+
+    def wakeup(self) -> None:
+        return None
+
+
 @dataclass
 class Snapshot:
     checkpoint: int
