@@ -143,7 +143,7 @@ class LocalFileSource(LocalFile, SourcePlugin):
         elif not found:
             errors.append(("path", f"the directory {path} holds no files"))
         elif not errors and config["schema"] is None and fmt in ("parquet", "orc"):
-            first = _files(path, config)[0] if path.is_dir() else path
+            first = found[0]
             try:
                 config["schema"] = {"fields": dict(arrow_schema_of(first, fmt).fields)}
             except Exception as exc:  # a file pyarrow cannot read: the user's input
