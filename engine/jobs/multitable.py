@@ -103,18 +103,16 @@ def _table_source(source, index: int, entry: Any, plugins: dict, errors: list[di
 
 
 def _for_table(node, names: dict[str, str], suffix: str, plugins: dict, errors: list[dict]):
-    """A transform or sink for one table: its options with the table's names, checked."""
-    if not mentions_table(node.config):
-        if suffix:
-            node = replace(node, path=node.path + suffix, config=dict(node.config))
-            section = "sink" if node.key.startswith("k") else "transform"
-            plugins[node.path] = get_plugin(section, node.plugin)(node.config, node.path)
+    """A transform or sink for one table: its options with the table's names, and the check
+    that was deferred until they are in."""
+    mentioned = mentions_table(node.config)
+    if not mentioned and not suffix:
         return node
-    config = substitute(node.config, names) if names else dict(node.config)
+    config = substitute(node.config, names) if mentioned and names else dict(node.config)
     node = replace(node, path=node.path + suffix, config=config)
-    section = "sink" if node.key.startswith("k") else "transform"
-    plugin = get_plugin(section, node.plugin)
-    for option, message in plugin.check(config):
-        errors.append({"path": f"{node.path}.{option}", "message": message})
+    plugin = get_plugin("sink" if node.key.startswith("k") else "transform", node.plugin)
+    if mentioned:
+        for option, message in plugin.check(config):
+            errors.append({"path": f"{node.path}.{option}", "message": message})
     plugins[node.path] = plugin(config, node.path)
     return node
