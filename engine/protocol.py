@@ -35,3 +35,7 @@ TASK_COMMIT = "engine.checkpoint.commit"
 TASK_CONTROL_STEP = "engine.control.run"
 TASK_PLAN_JOB = "engine.jobs.plan"
 TASK_CLEANUP = "engine.cleanup.run"
+#: The managed Source runtime (Lane A): an enumerator's command to a reader's mailbox, and the
+#: reader's admission answer back to the enumerator.
+TASK_SOURCE_COMMAND = "engine.source.command"
+TASK_SOURCE_ACK = "engine.source.ack"

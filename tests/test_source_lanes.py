@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from engine.connectors import get_plugin
+from engine.connectors.fake import FakeSource
 from engine.jobs.planner import PipelinePlan, plan_job
 from engine.sourceruntime import (
     LEGACY,
@@ -59,10 +61,19 @@ def test_a_restore_keeps_its_lane_whatever_the_switch_says_and_checks_the_digest
 
 
 def test_the_plan_records_the_lane_and_an_old_plan_reads_as_lane_b(settings):
-    settings.ENGINE = {**settings.ENGINE, "source-runtime.managed-connectors": ["FakeSource"]}
-    plan = plan_job("source { FakeSource { } }\nsink { Blackhole { } }")
-    # FakeSource declares no managed capability yet: allow-listed, it still runs in Lane B.
+    config = "source { FakeSource { } }\nsink { Blackhole { } }"
+    # Not on the allow-list (empty by default): Lane B, whatever the connector declares.
+    plan = plan_job(config)
     assert plan.pipelines[0].to_json()["sourceRuntime"] == {"lane": "B", "capabilityDigest": None}
+    settings.ENGINE = {**settings.ENGINE, "source-runtime.managed-connectors": ["fakesource"]}
+    digest = FakeSource.managed_capability.digest
+    assert plan_job(config).pipelines[0].to_json()["sourceRuntime"] == {
+        "lane": "A",
+        "capabilityDigest": digest,
+    }
+    # Every other connector stays in Lane B even when allow-listed: it declares no capability.
+    settings.ENGINE = {**settings.ENGINE, "source-runtime.managed-connectors": ["Jdbc"]}
+    assert getattr(get_plugin("source", "Jdbc"), "managed_capability", None) is None
     old = plan.pipelines[0].to_json()
     del old["sourceRuntime"]
     assert PipelinePlan.from_json(old).source_runtime == LEGACY.to_json()

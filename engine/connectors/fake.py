@@ -22,6 +22,7 @@ from engine.connectors.schema import (
     row_fields,
     with_kind,
 )
+from engine.sourceruntime.capability import ManagedSourceCapability
 from engine.states import JobMode
 
 #: SeaTunnel's row kinds (a changelog's). Keel's sinks write every row as data; the kind is
@@ -161,6 +162,8 @@ class FakeSource(SourcePlugin):
             "rows", list, help="the rows each split emits: [{kind = INSERT, fields = [...]}]"
         ),
     )
+    #: Runs in the managed lane (Lane A) when allowed (engine.connectors.managed).
+    managed_capability = ManagedSourceCapability()
     ignored_options = (
         {
             f"{kind}.{option}": "values are derived from the row id, so a replay is exact"

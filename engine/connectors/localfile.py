@@ -21,6 +21,7 @@ from engine.connectors.fileformats import (
 )
 from engine.connectors.registry import register
 from engine.connectors.schema import Schema, convert, parse_schema
+from engine.sourceruntime.capability import ManagedSourceCapability
 
 FILE_FORMAT = Option("file_format_type", str, default="csv", choices=FORMATS)
 FIELD_DELIMITER = Option(
@@ -107,7 +108,18 @@ class LocalFileSource(LocalFile, SourcePlugin):
         COMPRESS,
         ENCODING,
         SHEET,
+        Option(
+            "file.discovery.interval",
+            int,
+            min=1,
+            help="ms between scans of the directory for new files (managed lane, STREAMING)",
+        ),
     )
+    #: Runs in the managed lane (Lane A) when allowed: bounded poll turns over file splits,
+    #: discovery on the coordinator's async workers (engine.connectors.managed).
+    managed_capability = ManagedSourceCapability(async_enumerator=True)
+    #: Options that only the managed lane acts on (warned about in Lane B).
+    managed_only_options = ("file.discovery.interval",)
     aliases = LocalFile.aliases | {
         "skip_header_row_number": "skip_header_rows",
         "delimiter": "field_delimiter",
@@ -140,7 +152,7 @@ class LocalFileSource(LocalFile, SourcePlugin):
             return [*errors, ("path", str(exc))]
         if not path.exists():
             errors.append(("path", f"no such file or directory: {path}"))
-        elif not found:
+        elif not found and not (config.get("file.discovery.interval") and config["schema"]):
             errors.append(("path", f"the directory {path} holds no files"))
         elif not errors and config["schema"] is None and fmt in ("parquet", "orc"):
             first = found[0]

@@ -4,10 +4,9 @@ enumerator's discovery of new files on the coordinator's async workers.
 Discovery lists the directory on the shared engine pool with an immutable input (the files
 already known, frozen when the scan is asked for); its result comes back to the coordinator
 loop, fenced by epoch, and only there are new files added and handed on as splits, each named
-by its path under the source directory (ownership by split id). Scans repeat at a fixed delay,
-one at a time (COALESCE_ONE).
-
-Not yet declared as LocalFile's ``managed_capability``: that happens when task groups run Lane A.
+by its path under the source directory (ownership by split id). Scans repeat at a fixed delay
+(``file.discovery.interval``), one at a time (COALESCE_ONE); without the option there is one
+scan, and a BATCH job's input ends with the files it found.
 """
 
 from __future__ import annotations
@@ -17,13 +16,13 @@ from pathlib import Path
 
 from engine.connectors.boundaries import resolve_file_path
 from engine.connectors.localfile import LocalFileSource, _files
-from engine.sourceruntime.capability import ManagedSourceCapability
 from engine.sourceruntime.choices import PollStatus
 from engine.sourceruntime.coordinator import CoordinatorEventLoop
+from engine.sourceruntime.discovery import Discovery
 from engine.sourceruntime.reader import PollContext, SplitOffsets
 from engine.states import JobMode
 
-CAPABILITY = ManagedSourceCapability(async_enumerator=True)
+CAPABILITY = LocalFileSource.managed_capability
 ROW_BYTES = 64
 
 
@@ -38,17 +37,21 @@ def scan(root: Path, config: dict, known: frozenset[str]) -> list[dict]:
     return [s for p in _files(root, config) if (s := split_for(root, p))["splitId"] not in known]
 
 
-class FileDiscovery:
+class FileDiscovery(Discovery):
+    """New files in the source's directory, by scans on the shared pool: at a fixed delay of
+    ``interval`` seconds (``file.discovery.interval``), or once when it is None (then the
+    discovery is complete after its first scan)."""
+
     def __init__(
         self,
         source: LocalFileSource,
         loop: CoordinatorEventLoop,
-        interval: float,
+        interval: float | None,
         on_new: Callable[[list[dict]], None],
     ) -> None:
-        self.source, self.loop, self.interval, self.on_new = source, loop, interval, on_new
+        super().__init__(loop, on_new)
+        self.source, self.interval = source, interval
         self.root = resolve_file_path(source.config["path"])
-        self.known: set[str] = set()
         self.failures = 0
 
     def start(self) -> None:
@@ -58,23 +61,18 @@ class FileDiscovery:
         known = frozenset(self.known)  # the scan's input: immutable, taken on the loop
         config = dict(self.source.config)
         self.loop.call_async("discovery", lambda: scan(self.root, config, known), self._found)
-        self.loop.schedule_in_coordinator_thread("discovery-tick", self.interval, self._tick)
+        if self.interval is not None:
+            self.loop.schedule_in_coordinator_thread("discovery-tick", self.interval, self._tick)
 
     def _found(self, splits: list[dict] | None, error: BaseException | None) -> None:
         if error is not None:
             self.failures += 1  # the next tick scans again
+            if self.interval is None:
+                self.loop.schedule_in_coordinator_thread("discovery-tick", 1.0, self._tick)
             return
-        new = [s for s in splits or [] if s["splitId"] not in self.known]
-        self.known.update(s["splitId"] for s in new)
-        if new:
-            self.on_new(new)
-
-    def snapshot(self) -> list[str]:
-        """Checkpointed with the enumerator: the files already handed on."""
-        return sorted(self.known)
-
-    def restore(self, known: list[str]) -> None:
-        self.known = set(known)
+        self.hand_on(splits or [])
+        if self.interval is None:
+            self.complete = True
 
 
 class ManagedLocalFileReader(SplitOffsets):

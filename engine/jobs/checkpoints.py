@@ -344,6 +344,15 @@ def reader_state(checkpoint: Checkpoint, task_group_id: int) -> dict:
     return ack.state if ack else {}
 
 
+def acked_states(checkpoint_id: int, task_group_ids: list[int]) -> dict[int, dict]:
+    """The snapshots these task groups acked for a checkpoint, by task group id."""
+    return dict(
+        TaskCheckpoint.objects.filter(
+            checkpoint_id=checkpoint_id, task_group_id__in=task_group_ids
+        ).values_list("task_group_id", "state")
+    )
+
+
 def completed_since(task_group_id: int, attempt: int, after: int) -> tuple[int, dict] | None:
     """The newest COMPLETED checkpoint after ``after`` that this attempt acked, and its
     snapshot: what its sinks must commit (committing it commits every earlier one too)."""

@@ -105,8 +105,11 @@ def report_metrics(
     received: int,
     written: int,
     rows_per_second: float,
+    source_runtime: dict | None = None,
 ) -> bool:
-    """Hot path: one conditional update, no event, no job lock."""
+    """Hot path: one conditional update, no event, no job lock. ``source_runtime``: a Lane A
+    task group's runtime metrics (kept as they are when None)."""
+    extra = {} if source_runtime is None else {"source_runtime": source_runtime}
     return (
         TaskGroup.objects.live()
         .on_alive_members()
@@ -116,6 +119,7 @@ def report_metrics(
             sink_written=written,
             rows_per_second=rows_per_second,
             updated_at=Now(),
+            **extra,
         )
         == 1
     )

@@ -17,7 +17,7 @@ from engine.connectors import get_plugin, plugin_names, validate_block
 from engine.connectors.base import Option
 from engine.jobconfig import SECTIONS, ConfigError, PluginBlock, parse_job_config
 from engine.jobs.multitable import mentions_table, per_table
-from engine.sourceruntime import LEGACY, SourceRuntime
+from engine.sourceruntime import LEGACY, Lane, SourceRuntime
 from engine.sourceruntime import choose as choose_lane
 from engine.states import JobMode
 
@@ -208,6 +208,16 @@ def plan_job(
         pipeline.parallelism = pipeline.source.config.get("parallelism") or env["parallelism"]
         source_plugin = get_plugin("source", pipeline.source.plugin)
         pipeline.source_runtime = choose_lane(source_plugin, settings.ENGINE).to_json()
+        if pipeline.source_runtime["lane"] == Lane.LEGACY:
+            for option in getattr(source_plugin, "managed_only_options", ()):
+                if pipeline.source.config.get(option) is not None:
+                    warnings.append(
+                        {
+                            "path": f"{pipeline.source.path}.{option}",
+                            "message": "no effect: the source runs in Lane B (the managed lane "
+                            "needs it in engine.source-runtime.managed-connectors)",
+                        }
+                    )
         if pipeline.parallelism > MAX_PARALLELISM:
             path = f"{pipeline.source.path}.parallelism"
             errors.append({"path": path, "message": f"must be at most {MAX_PARALLELISM}"})

@@ -34,6 +34,8 @@ def _group(group: TaskGroup) -> dict:
             "sinkWriteCount": group.sink_written,
             "rowsPerSecond": round(group.rows_per_second, 1),
         },
+        # Lane A: the task group's runtime metrics as last reported (null in Lane B).
+        "sourceRuntime": group.source_runtime,
     }
 
 

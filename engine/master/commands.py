@@ -10,14 +10,10 @@ step that sent it (deploy redelivery, cancel resend, barrier resend, control-ste
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections import deque
 from collections.abc import Iterable
 
-from celery import current_app
-
 from engine.jobs.scheduler import Deployment
+from engine.outbox import Outbox
 from engine.protocol import (
     CONTROL_QUEUE,
     TASK_BARRIER,
@@ -28,68 +24,6 @@ from engine.protocol import (
     TASK_DEPLOY,
     member_queue,
 )
-
-log = logging.getLogger("keel.commands")
-OUTBOX_LIMIT = 10_000
-RETRY_MAX = 1.0
-
-
-class Outbox:
-    """Commands waiting to be published, oldest first, and the thread that publishes them.
-
-    While the broker is away the head is retried with a capped backoff (each publish bounded by
-    the broker's socket timeouts); commands keep their order, and once the broker is back they
-    go out at once.
-    """
-
-    def __init__(self, limit: int = OUTBOX_LIMIT) -> None:
-        self._pending: deque[tuple[str, list, str]] = deque(maxlen=limit)
-        self._changed = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self.dropped = 0
-
-    def put(self, task: str, args: list, queue: str) -> None:
-        with self._changed:
-            if len(self._pending) == self._pending.maxlen:
-                self.dropped += 1
-            self._pending.append((task, args, queue))
-            self._changed.notify_all()
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)
-                self._thread.start()
-
-    def flush(self, timeout: float) -> bool:
-        """Wait until every command put so far has been published (False on timeout)."""
-        with self._changed:
-            return self._changed.wait_for(lambda: not self._pending, timeout)
-
-    def _run(self) -> None:
-        backoff = 0.0
-        while True:
-            with self._changed:
-                self._changed.wait_for(lambda: self._pending)
-                head = self._pending[0]
-            if _publish(*head, quiet=backoff > 0):
-                backoff = 0.0
-                with self._changed:
-                    if self._pending and self._pending[0] is head:
-                        self._pending.popleft()
-                    self._changed.notify_all()
-                continue
-            backoff = min(max(backoff * 2, 0.05), RETRY_MAX)
-            with self._changed:  # a wait, not a sleep: flush() and put() still get the lock
-                self._changed.wait(backoff)
-
-
-def _publish(task: str, args: list, queue: str, quiet: bool = False) -> bool:
-    try:
-        current_app.send_task(task, args=args, queue=queue, retry=False)
-        return True
-    except Exception as exc:
-        if not quiet:
-            log.warning("could not send %s to %s (retrying): %s", task, queue, exc)
-        return False
-
 
 #: This process's outbox (the master's, or a worker's for the control steps it runs).
 outbox = Outbox()

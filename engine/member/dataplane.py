@@ -203,13 +203,19 @@ def run_reader(
         else:
             on_stopped(chain)
     finally:
-        counters.roll()
-        counters.busy_seconds = time.monotonic() - started
-        counters.cpu_seconds = time.thread_time() - cpu_started
-        if not completed:
-            for _, _, writer in chain.sinks:
-                try:
-                    writer.abort()
-                except Exception:  # noqa: S110 - already failing or cancelled
-                    pass
+        settle(chain, counters, started, cpu_started, completed)
     return counters
+
+
+def settle(chain: Chain, counters: Counters, started: float, cpu: float, completed: bool) -> None:
+    """A reader's data plane ended: its times into ``counters``, and its sinks aborted unless
+    they were closed (``completed``)."""
+    counters.roll()
+    counters.busy_seconds = time.monotonic() - started
+    counters.cpu_seconds = time.thread_time() - cpu
+    if not completed:
+        for _, _, writer in chain.sinks:
+            try:
+                writer.abort()
+            except Exception:  # noqa: S110 - already failing or cancelled
+                pass

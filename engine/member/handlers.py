@@ -21,7 +21,12 @@ from engine.protocol import (
     TASK_DEPLOY,
     TASK_MEMBER_PING,
     TASK_PLAN_JOB,
+    TASK_SOURCE_ACK,
+    TASK_SOURCE_COMMAND,
+    member_queue,
 )
+from engine.sourceruntime.choices import AdmissionStatus
+from engine.sourceruntime.envelope import SourceCommandEnvelope
 from engine.states import ExecutionStatus
 
 NOT_ADDRESSED = {"ok": False, "reason": "command for another member"}
@@ -86,6 +91,35 @@ checkpoint_barrier = shared_task(name=TASK_BARRIER, acks_late=False, ignore_resu
 checkpoint_commit = shared_task(name=TASK_COMMIT, acks_late=False, ignore_result=True)(
     _mailbox_command(Commit)
 )
+
+
+@shared_task(name=TASK_SOURCE_COMMAND, acks_late=False, ignore_result=True)
+def source_command(
+    task_group_id: int, attempt: int, member_uuid: str, wire: str, reply: list
+) -> dict:
+    """An enumerator's command for a Lane A reader: admitted into its mailbox or refused, at
+    once (no connector code, no waiting), and the AdmissionAck sent back to the enumerator
+    (``reply``: its task group, attempt, member uuid and name)."""
+    here = runtime.addressed(member_uuid)
+    if here is None:
+        return NOT_ADDRESSED  # the enumerator sends it again
+    try:
+        envelope = SourceCommandEnvelope.from_wire(wire)
+    except (ValueError, TypeError, KeyError):
+        return {"ok": False, "reason": "not an envelope"}
+    ack = here.admit(task_group_id, attempt, envelope)
+    answer = {"commandId": envelope.commandId, "ack": ack.to_json()}
+    here.outbox.put(TASK_SOURCE_ACK, [reply[0], reply[1], reply[2], answer], member_queue(reply[3]))
+    return {"ok": ack.status == AdmissionStatus.ACCEPTED, **answer}
+
+
+@shared_task(name=TASK_SOURCE_ACK, acks_late=False, ignore_result=True)
+def source_ack(task_group_id: int, attempt: int, member_uuid: str, answer: dict) -> dict:
+    """A reader's AdmissionAck for a Lane A enumerator here: posted to its coordinator loop."""
+    here = runtime.addressed(member_uuid)
+    if here is None:
+        return NOT_ADDRESSED
+    return {"ok": here.source_ack(task_group_id, attempt, answer)}
 
 
 @shared_task(name=TASK_PLAN_JOB, acks_late=False)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from django.conf import settings
 from django.db import close_old_connections, connections
 
 from engine.cluster.membership import MemberSession
@@ -22,7 +23,15 @@ from engine.jobs import checkpoints, lifecycle, splits
 from engine.member.commits import ReaderCommits
 from engine.member.dataplane import Chain, Counters, PluginFailure, guarded, instantiate, run_reader
 from engine.member.mailbox import Barrier, Commit, Mailbox, Message
+from engine.member.managed_enumerator import ManagedEnumeratorTask
+from engine.member.managed_reader import ManagedReaderTask
 from engine.models import TaskGroup
+from engine.outbox import Outbox
+from engine.sourceruntime import SourceRuntime
+from engine.sourceruntime.choices import AdmissionStatus, CommandKind, Lane
+from engine.sourceruntime.coordinator import SharedWorkerPool
+from engine.sourceruntime.envelope import AdmissionAck, SourceCommandEnvelope
+from engine.sourceruntime.mailbox import WorkerBudget
 from engine.states import ExecutionStatus, TaskGroupKind
 
 log = logging.getLogger("keel.runtime")
@@ -42,6 +51,9 @@ class TaskGroupThread(threading.Thread):
         #: The newest checkpoint whose barrier this attempt handled: a barrier is re-sent until
         #: acked, and handling it twice would move the cut (checkpoint ids only grow).
         self.last_barrier = 0
+        #: A Lane A task group's runtime (engine.member.managed_reader, managed_enumerator):
+        #: where the handlers admit its commands. None in Lane B.
+        self.managed: ManagedReaderTask | ManagedEnumeratorTask | None = None
 
     def first_barrier(self, message: Message) -> bool:
         """True for a barrier this attempt has not handled yet (and marks it handled)."""
@@ -74,7 +86,19 @@ class TaskGroupThread(threading.Thread):
                 TaskGroup.objects.select_related("pipeline", "job").get,
                 id=self.task_group_id,
             )
-            if group.kind == TaskGroupKind.ENUMERATOR:
+            managed = (
+                SourceRuntime.from_json(group.pipeline.plan.get("sourceRuntime")).lane
+                == Lane.MANAGED
+            )
+            if managed and group.kind == TaskGroupKind.ENUMERATOR:
+                self.managed = ManagedEnumeratorTask(
+                    self, group, self.runtime.pool(), self.runtime.outbox
+                )
+                self.managed.run()
+            elif managed:
+                self.managed = ManagedReaderTask(self, group, self.runtime.budget)
+                counters = self.managed.run()
+            elif group.kind == TaskGroupKind.ENUMERATOR:
                 self.run_enumerator(group)
             else:
                 counters = self.run_reader(group)
@@ -275,6 +299,45 @@ class MemberRuntime:
         self.member = member
         self._lock = threading.Lock()
         self._threads: dict[int, TaskGroupThread] = {}
+        #: Lane A: payload bytes queued in every reader mailbox of this worker, the commands
+        #: its enumerators and readers send (and answer), and the coordinators' async workers.
+        self.budget = WorkerBudget(settings.ENGINE["source-runtime.worker-mailbox.max-bytes"])
+        self.outbox = Outbox()
+        self._pool: SharedWorkerPool | None = None
+
+    def pool(self) -> SharedWorkerPool:
+        with self._lock:
+            if self._pool is None:
+                workers = settings.ENGINE["source-runtime.coordinator.async-max-concurrency"]
+                self._pool = SharedWorkerPool(workers)
+            return self._pool
+
+    def _thread(self, task_group_id: int) -> TaskGroupThread | None:
+        with self._lock:
+            return self._threads.get(task_group_id)
+
+    def admit(
+        self, task_group_id: int, attempt: int, envelope: SourceCommandEnvelope
+    ) -> AdmissionAck:
+        """An enumerator's command for a Lane A reader here: admitted (or refused) at once."""
+        thread = self._thread(task_group_id)
+        if thread is not None and thread.attempt > attempt:
+            return AdmissionAck(AdmissionStatus.STALE_TARGET, attempt, reasonCode="STALE_ATTEMPT")
+        managed = thread.managed if thread is not None and thread.attempt == attempt else None
+        if not isinstance(managed, ManagedReaderTask):  # not (yet) running here
+            return AdmissionAck(
+                AdmissionStatus.RETRY_LATER, attempt, retryAfterMillis=100, reasonCode="NOT_RUNNING"
+            )
+        return managed.admit(envelope)
+
+    def source_ack(self, task_group_id: int, attempt: int, answer: dict) -> bool:
+        """A reader's admission answer for a Lane A enumerator here."""
+        thread = self._thread(task_group_id)
+        managed = thread.managed if thread is not None and thread.attempt == attempt else None
+        if not isinstance(managed, ManagedEnumeratorTask):
+            return False
+        managed.post_ack(answer)
+        return True
 
     def deploy(self, task_group_id: int, attempt: int) -> str:
         """Start the task group unless this attempt already runs here (idempotent)."""
@@ -296,6 +359,8 @@ class MemberRuntime:
             thread = self._threads.get(task_group_id)
         if thread is None or thread.attempt != attempt:
             return False
+        if isinstance(thread.managed, ManagedReaderTask):
+            return thread.managed.offer(message)  # an ordered control in the reader mailbox
         return thread.mailbox.offer(message)
 
     def cancel(self, task_group_id: int, attempt: int) -> str:
@@ -303,6 +368,8 @@ class MemberRuntime:
             thread = self._threads.get(task_group_id)
         if thread is not None and thread.attempt <= attempt:
             thread.stop.set()
+            if isinstance(thread.managed, ManagedReaderTask):
+                thread.managed.terminate(CommandKind.CANCEL, "CANCEL")  # preempts, wakes it
             return "stopping"
         # Not running here: it never started (or already ended). Settle it as cancelled.
         lifecycle.finish_task_group(

@@ -143,6 +143,9 @@ class TaskGroup(models.Model):
     #: Wall-clock and thread CPU seconds the data plane ran (for per-slot throughput).
     busy_seconds = models.FloatField(default=0.0)
     cpu_seconds = models.FloatField(default=0.0)
+    #: A Lane A task group's runtime metrics, as its last report had them (mailbox, admissions,
+    #: assignments by state, poll or coordinator counters); null in Lane B.
+    source_runtime = models.JSONField(null=True, blank=True)
     deployed_at = models.DateTimeField(null=True, blank=True)
     #: A checkpointed batch reader read all its input: it now waits for the checkpoint that
     #: includes its end (its final checkpoint, triggered at once) and commits it before it ends.

@@ -254,9 +254,14 @@ class ReaderMailbox:
             return self._ordered[0].envelope.kind if self._ordered else None
 
     def applied(self, envelope: SourceCommandEnvelope) -> None:
-        """The event loop applied it: a redelivery is a DUPLICATE from now on."""
+        """The event loop applied it: a redelivery is a DUPLICATE from now on. Senders below 1
+        are the worker's own checkpoint sequencer (barriers and their callbacks, deduplicated
+        by checkpoint id before admission): their sequences restart with every attempt, so
+        they take no part in the checkpointed watermarks."""
         with self._lock:
             self._pending.pop(envelope.commandId, None)
+            if envelope.senderAttemptId < 1:
+                return
             self.watermarks_by_sender.setdefault(envelope.senderAttemptId, SenderWatermark()).add(
                 envelope.senderSequence
             )

@@ -132,12 +132,16 @@ class ReaderEventLoop:
         lineage: list[int] | None = None,
         clock: Callable[[], float] = time.monotonic,
         may_close: Callable[[], bool] = lambda: True,
+        on_callback: Callable[[CommandKind, int], None] = lambda kind, checkpoint: None,
     ) -> None:
         self.mailbox, self.reader, self.limits, self.clock = mailbox, reader, limits, clock
         self.emit, self.on_snapshot = emit, on_snapshot
         #: Whether a draining reader may close (a checkpointed one: once its final checkpoint
         #: is committed); until then it keeps applying controls.
         self.may_close = may_close
+        #: Told of a checkpoint callback (complete or abort) for a snapshot this attempt took,
+        #: after it is applied (the sinks' commit follows a completion).
+        self.on_callback = on_callback
         self.capability_digest = capability_digest
         self.lineage = [*(lineage or []), mailbox.attempt]
         self.life = Lifecycle()
@@ -145,6 +149,9 @@ class ReaderEventLoop:
         self.metrics = Metrics()
         self.no_more_splits_generation = 0
         self.available = True  # a poll turn is wanted (set by AVAILABLE, MORE_AVAILABLE)
+        #: When a reader that had nothing said it will have more (a paced source): the loop's
+        #: own timer for availability, so a poll turn is never lost waiting for a command.
+        self.retry_at: float | None = None
         self.close_latched = False
         self.snapshots: list[int] = []  # checkpoints snapshotted, in order
 
@@ -178,6 +185,8 @@ class ReaderEventLoop:
                 self.life.move(Life.CLOSED)
                 return True
             return False
+        if not self.available and self.retry_at is not None and self.clock() >= self.retry_at:
+            self.available, self.retry_at = True, None
         if self.life.state == Life.RUNNING and self.available and not self.schema.blocks_polling:
             # Turns back to back while nothing else is queued: a control (or the terminal
             # signal) still waits for one turn at most, as it is checked between turns.
@@ -186,6 +195,12 @@ class ReaderEventLoop:
                     break
             return True
         return False
+
+    def idle_for(self, longest: float) -> float:
+        """How long the caller may wait for a wakeup before the next step is due anyway."""
+        if self.available or self.retry_at is None:
+            return longest
+        return min(max(self.retry_at - self.clock(), 0.0), longest)
 
     def _terminate(self) -> None:
         self.schema.fence()
@@ -210,6 +225,8 @@ class ReaderEventLoop:
         elif kind in (CommandKind.CHECKPOINT_COMPLETE, CommandKind.CHECKPOINT_ABORT):
             if payload["checkpoint"] not in self.snapshots:
                 self.metrics.stale_callbacks += 1  # a callback for a snapshot never taken
+            else:
+                self.on_callback(kind, payload["checkpoint"])
         elif kind == CommandKind.GRACEFUL_CLOSE:
             self.close_latched = True
         elif kind == CommandKind.AVAILABLE:
@@ -253,7 +270,8 @@ class ReaderEventLoop:
         if context.records:
             self.emit(context.records)
         if status == PollStatus.NOTHING_AVAILABLE:
-            self.available = False  # until AVAILABLE or an assignment wakes it
+            self.available = False  # until AVAILABLE, an assignment or its retry time
+            self.retry_at = getattr(self.reader, "retry_at", None)
         elif status == PollStatus.END_OF_INPUT:
             self.available = False
             self.close_latched = True

@@ -80,12 +80,29 @@ class SlotRefSerializer(serializers.Serializer):
     sequence = serializers.IntegerField()
 
 
+class TaskGroupSourceRuntimeSerializer(serializers.Serializer):
+    mailbox = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="commands, bytes, reservedInUse, oldestAgeMs (an enumerator: its commands "
+        "not yet admitted)",
+    )
+    admissions = serializers.DictField(
+        child=serializers.IntegerField(), help_text="admission answers by AdmissionAck status"
+    )
+    assignments = serializers.DictField(
+        child=serializers.IntegerField(), help_text="split assignments by tracker state"
+    )
+
+
 class TaskGroupSerializer(serializers.ModelSerializer):
     taskGroupId = serializers.IntegerField(source="id")
     member = MemberRefSerializer(allow_null=True)
     slot = SlotRefSerializer(allow_null=True)
     errorMsg = serializers.CharField(source="error_msg")
     metrics = serializers.SerializerMethodField()
+    sourceRuntime = TaskGroupSourceRuntimeSerializer(
+        source="source_runtime", allow_null=True, help_text="Lane A only"
+    )
 
     class Meta:
         model = TaskGroup
@@ -99,6 +116,7 @@ class TaskGroupSerializer(serializers.ModelSerializer):
             "slot",
             "errorMsg",
             "metrics",
+            "sourceRuntime",
         ]
 
     @extend_schema_field(MetricsSerializer)

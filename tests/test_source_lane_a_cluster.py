@@ -1,0 +1,156 @@
+"""Lane A on a real cluster: the enumerator task group runs the coordinator event loop, the
+reader task groups run the reader event loop, and commands cross between workers as versioned
+envelopes admitted into the readers' bounded mailboxes.
+
+- A BATCH FakeSource job in Lane A finishes with every row exactly once, and job detail shows
+  each task group's runtime metrics (mailbox, admissions, assignments).
+- A STREAMING LocalFile job in Lane A into Jdbc, discovering new files every 200 ms, survives
+  kill -9 of a reader's worker and then of the enumerator's worker: files dropped before, during
+  and after the kills are all read, and every row is in the table exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.clusterkit import Cluster, wait_for
+from tests.test_jobs_cluster import TERMINAL, data_db, job, post, submit, wait_status
+
+__all__ = ["data_db"]
+
+pytestmark = pytest.mark.cluster
+ROWS_PER_FILE = 50
+
+
+@pytest.fixture(scope="module")
+def lane_a(db_template):
+    """4 workers of 1 slot: an enumerator and 2 readers each on a worker of its own, and room
+    to restore them after losing one."""
+    c = Cluster(db_template, masters=2, workers=4, slots=1, heartbeat_timeout=3.0)
+    c.env["KEEL_SOURCE_RUNTIME_MANAGED_CONNECTORS"] = "FakeSource,LocalFile"
+    with c:
+        yield c
+
+
+def group(detail: dict, kind: str, index: int = 0) -> dict:
+    groups = detail["pipelines"][0]["taskGroups"]
+    return next(g for g in groups if g["kind"] == kind and g["index"] == index)
+
+
+def test_a_batch_fakesource_job_runs_in_lane_a_exactly_once(lane_a, tmp_path):
+    lane_a.restore()
+    out = tmp_path / "out"
+    job_id = submit(
+        lane_a,
+        textwrap.dedent(f"""
+        env {{ job.mode = BATCH, parallelism = 2, checkpoint.interval = 500 }}
+        source {{ FakeSource {{ row.num = 3000, split.num = 5,
+                               schema {{ fields {{ id = bigint, name = string }} }} }} }}
+        sink {{ LocalFile {{ path = "{out}", file_format_type = csv }} }}
+        """),
+    )
+    detail = wait_status(lane_a, job_id, TERMINAL, timeout=90)
+    assert detail["jobStatus"] == "FINISHED", detail
+    pipeline = detail["pipelines"][0]
+    assert pipeline["sourceRuntime"]["lane"] == "A"
+    ids = [
+        int(line.split(",")[0])
+        for f in sorted(out.rglob("*.csv"))
+        for line in f.read_text().splitlines()
+        if line
+    ]
+    assert sorted(ids) == list(range(15000))  # 5 splits of 3,000 rows, each once
+    enumerator = group(detail, "ENUMERATOR")["sourceRuntime"]
+    assert enumerator["admissions"].get("ACCEPTED", 0) >= 5 + 2  # 5 splits, 2 no-more-splits
+    assert set(enumerator["mailbox"]) == {"commands", "bytes", "reservedInUse", "oldestAgeMs"}
+    assert set(enumerator["assignments"]) >= {"DISPATCHED", "ADMITTED", "CHECKPOINT_INCLUDED"}
+    readers = [group(detail, "READER", i)["sourceRuntime"] for i in (0, 1)]
+    assert sum(r["assignments"]["APPLIED"] for r in readers) == 5
+    assert all(r["admissions"].get("ACCEPTED", 0) >= 2 for r in readers)
+    assert all(r["poll"]["records"] > 0 for r in readers)
+
+
+def drop(directory: Path, number: int) -> None:
+    """A new file of ROWS_PER_FILE rows, whole when it appears (written, then renamed)."""
+    hidden = directory / f".part-{number}"
+    hidden.write_text(
+        "".join(f"{number * ROWS_PER_FILE + r},f{number}\n" for r in range(ROWS_PER_FILE))
+    )
+    os.rename(hidden, directory / f"in-{number:04d}.csv")
+
+
+def committed(url: str) -> tuple[int, int]:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT count(*), count(DISTINCT id) FROM lane_a").fetchone()
+
+
+def test_a_streaming_localfile_job_survives_reader_and_enumerator_kills(lane_a, data_db, tmp_path):
+    lane_a.restore()
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    with psycopg.connect(data_db, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS lane_a, lane_a__keel_stage")
+        conn.execute("CREATE TABLE lane_a (id bigint, name text)")  # no key: duplicates show
+    url = "jdbc:" + data_db.replace("postgres://", "postgresql://")
+    files = 0
+    for _ in range(3):
+        drop(inbox, files)
+        files += 1
+    job_id = submit(
+        lane_a,
+        textwrap.dedent(f"""
+        env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 500,
+              job.retry.interval.seconds = 0, job.retry.times = 5 }}
+        source {{ LocalFile {{ path = "{inbox}", file_format_type = csv,
+                              file.discovery.interval = 200,
+                              schema {{ fields {{ id = bigint, name = string }} }} }} }}
+        sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = lane_a }} }}
+        """),
+    )
+    detail = wait_status(lane_a, job_id, {"RUNNING"}, timeout=30)
+    assert detail["pipelines"][0]["sourceRuntime"]["lane"] == "A"
+
+    def all_read(n: int) -> bool:
+        return committed(data_db) == (n * ROWS_PER_FILE, n * ROWS_PER_FILE)
+
+    wait_for(lambda: all_read(files), 30, interval=0.2, what="the first files committed")
+
+    for victim_kind, restores in (("READER", 1), ("ENUMERATOR", 2)):
+        detail = job(lane_a, job_id)
+        victim = group(detail, victim_kind)["member"]["name"]
+        enumerator_host = group(detail, "ENUMERATOR")["member"]["name"]
+        assert victim_kind == "ENUMERATOR" or victim != enumerator_host
+        drop(inbox, files)
+        files += 1
+        lane_a.signal(victim, signal.SIGKILL)
+        for _ in range(3):  # dropped while the pipeline is being restored
+            drop(inbox, files)
+            files += 1
+        wait_for(
+            lambda n=restores: (p := job(lane_a, job_id)["pipelines"][0])["restoreCount"] == n
+            and p["status"] == "RUNNING",
+            30,
+            interval=0.1,
+            what=f"the restore after the {victim_kind.lower()}'s worker died",
+        )
+        lane_a.start(victim)
+        drop(inbox, files)
+        files += 1
+        wait_for(lambda n=files: all_read(n), 60, interval=0.2, what=f"all {files} files")
+
+    count, distinct = committed(data_db)
+    assert count == distinct == files * ROWS_PER_FILE
+    with psycopg.connect(data_db) as conn:
+        ids = sorted(r[0] for r in conn.execute("SELECT id FROM lane_a"))
+    assert ids == list(range(files * ROWS_PER_FILE))
+    detail = job(lane_a, job_id)
+    assert detail["jobStatus"] == "RUNNING" and detail["pipelines"][0]["restoreCount"] == 2
+    assert post(lane_a, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
+    assert wait_status(lane_a, job_id, TERMINAL, timeout=30)["jobStatus"] == "CANCELED"
+    assert committed(data_db) == (count, count)  # what was committed stays, nothing twice
