@@ -26,6 +26,8 @@ __all__ = ["data_db"]
 
 pytestmark = pytest.mark.cluster
 ROWS_PER_FILE = 50
+#: A file large enough that a kill lands while it is partly read and partly committed.
+BIG_FILE = 150_000
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +78,21 @@ def test_a_batch_fakesource_job_runs_in_lane_a_exactly_once(lane_a, tmp_path):
     assert all(r["poll"]["records"] > 0 for r in readers)
 
 
-def drop(directory: Path, number: int) -> None:
-    """A new file of ROWS_PER_FILE rows, whole when it appears (written, then renamed)."""
-    hidden = directory / f".part-{number}"
-    hidden.write_text(
-        "".join(f"{number * ROWS_PER_FILE + r},f{number}\n" for r in range(ROWS_PER_FILE))
-    )
-    os.rename(hidden, directory / f"in-{number:04d}.csv")
+class Inbox:
+    """The source directory, and the files the test drops into it: ids run on across files."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory, self.files, self.rows = directory, 0, 0
+
+    def drop(self, rows: int = ROWS_PER_FILE) -> int:
+        """A new file, whole when it appears (written hidden, then renamed); its first id."""
+        first = self.rows
+        hidden = self.directory / f".part-{self.files}"
+        hidden.write_text("".join(f"{i},f{self.files}\n" for i in range(first, first + rows)))
+        os.rename(hidden, self.directory / f"in-{self.files:04d}.csv")
+        self.files += 1
+        self.rows += rows
+        return first
 
 
 def committed(url: str) -> tuple[int, int]:
@@ -91,23 +101,23 @@ def committed(url: str) -> tuple[int, int]:
 
 
 def test_a_streaming_localfile_job_survives_reader_and_enumerator_kills(lane_a, data_db, tmp_path):
+    """Each kill lands while a large file is partly read and partly committed: the restored
+    reader goes on from its checkpointed offset, so nothing is lost and nothing written twice."""
     lane_a.restore()
-    inbox = tmp_path / "inbox"
-    inbox.mkdir()
+    inbox = Inbox(tmp_path / "inbox")
+    inbox.directory.mkdir()
     with psycopg.connect(data_db, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS lane_a, lane_a__keel_stage")
         conn.execute("CREATE TABLE lane_a (id bigint, name text)")  # no key: duplicates show
     url = "jdbc:" + data_db.replace("postgres://", "postgresql://")
-    files = 0
     for _ in range(3):
-        drop(inbox, files)
-        files += 1
+        inbox.drop()
     job_id = submit(
         lane_a,
         textwrap.dedent(f"""
-        env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 500,
+        env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 300,
               job.retry.interval.seconds = 0, job.retry.times = 5 }}
-        source {{ LocalFile {{ path = "{inbox}", file_format_type = csv,
+        source {{ LocalFile {{ path = "{inbox.directory}", file_format_type = csv,
                               file.discovery.interval = 200,
                               schema {{ fields {{ id = bigint, name = string }} }} }} }}
         sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = lane_a }} }}
@@ -116,22 +126,27 @@ def test_a_streaming_localfile_job_survives_reader_and_enumerator_kills(lane_a, 
     detail = wait_status(lane_a, job_id, {"RUNNING"}, timeout=30)
     assert detail["pipelines"][0]["sourceRuntime"]["lane"] == "A"
 
-    def all_read(n: int) -> bool:
-        return committed(data_db) == (n * ROWS_PER_FILE, n * ROWS_PER_FILE)
+    def all_read() -> bool:
+        return committed(data_db) == (inbox.rows, inbox.rows)
 
-    wait_for(lambda: all_read(files), 30, interval=0.2, what="the first files committed")
+    wait_for(all_read, 30, interval=0.2, what="the first files committed")
 
     for victim_kind, restores in (("READER", 1), ("ENUMERATOR", 2)):
         detail = job(lane_a, job_id)
         victim = group(detail, victim_kind)["member"]["name"]
         enumerator_host = group(detail, "ENUMERATOR")["member"]["name"]
         assert victim_kind == "ENUMERATOR" or victim != enumerator_host
-        drop(inbox, files)
-        files += 1
+        before = inbox.rows
+        inbox.drop(BIG_FILE)
+        wait_for(
+            lambda b=before: b + 2000 < committed(data_db)[0] < b + BIG_FILE - 2000,
+            30,
+            interval=0.05,
+            what="the large file partly committed",
+        )
         lane_a.signal(victim, signal.SIGKILL)
         for _ in range(3):  # dropped while the pipeline is being restored
-            drop(inbox, files)
-            files += 1
+            inbox.drop()
         wait_for(
             lambda n=restores: (p := job(lane_a, job_id)["pipelines"][0])["restoreCount"] == n
             and p["status"] == "RUNNING",
@@ -140,15 +155,14 @@ def test_a_streaming_localfile_job_survives_reader_and_enumerator_kills(lane_a, 
             what=f"the restore after the {victim_kind.lower()}'s worker died",
         )
         lane_a.start(victim)
-        drop(inbox, files)
-        files += 1
-        wait_for(lambda n=files: all_read(n), 60, interval=0.2, what=f"all {files} files")
+        inbox.drop()
+        wait_for(all_read, 60, interval=0.2, what=f"all {inbox.files} files")
 
     count, distinct = committed(data_db)
-    assert count == distinct == files * ROWS_PER_FILE
+    assert count == distinct == inbox.rows
     with psycopg.connect(data_db) as conn:
         ids = sorted(r[0] for r in conn.execute("SELECT id FROM lane_a"))
-    assert ids == list(range(files * ROWS_PER_FILE))
+    assert ids == list(range(inbox.rows))
     detail = job(lane_a, job_id)
     assert detail["jobStatus"] == "RUNNING" and detail["pipelines"][0]["restoreCount"] == 2
     assert post(lane_a, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
