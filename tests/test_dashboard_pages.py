@@ -153,3 +153,35 @@ def test_operators_drain_a_member_from_the_cluster_page_after_confirming(engine,
     )
     drain = MemberDrain.objects.get(member=member)
     assert (drain.requested_by_name, drain.reason) == ("otto", "firmware update")
+
+
+def test_the_job_page_shows_the_source_lane_and_lane_a_runtime_metrics(engine, client, settings):
+    from engine.jobs import lifecycle
+    from engine.models import TaskGroup
+
+    settings.ENGINE = {**settings.ENGINE, "source-runtime.managed-connectors": ["FakeSource"]}
+    engine.add_member(slots=4)
+    job = engine.submit(config=CONFIG.format(name="managed"))
+    engine.schedule()
+    engine.run_deployed()
+    reader = TaskGroup.objects.get(job=job, kind="READER")
+    metrics = {
+        "mailbox": {"commands": 3, "bytes": 2048, "reservedInUse": 1, "oldestAgeMs": 7},
+        "admissions": {"ACCEPTED": 12, "RETRY_LATER": 2},
+        "assignments": {"APPLIED": 4, "DISPATCHED": 0},
+    }
+    lifecycle.report_metrics(reader.id, reader.attempt, reader.member_id, 1, 1, 1.0, metrics)
+    client.force_login(role_user("vera", "viewer"))
+    page = client.get(f"/jobs/{job.id}").content.decode()
+    assert 'data-source-lane="A"' in page
+    runtime = re.search(
+        r"<div class=\"source-runtime\" data-source-runtime>(.*?)</div>", page, re.S
+    )
+    text = " ".join(runtime.group(1).split())
+    assert "mailbox 3 command(s), 2.0 KB, 1 reserved, oldest 7 ms" in text
+    assert "admissions ACCEPTED 12 RETRY_LATER 2" in text
+    assert "assignments APPLIED 4" in text and "DISPATCHED" not in text
+    detail = client.get(f"/api/v1/jobs/{job.id}").json()
+    groups = {g["kind"]: g for g in detail["pipelines"][0]["taskGroups"]}
+    assert groups["READER"]["sourceRuntime"] == metrics
+    assert groups["ENUMERATOR"]["sourceRuntime"] is None  # never reported

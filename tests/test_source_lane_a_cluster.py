@@ -148,8 +148,10 @@ def test_a_streaming_localfile_job_survives_reader_and_enumerator_kills(lane_a, 
         for _ in range(3):  # dropped while the pipeline is being restored
             inbox.drop()
         wait_for(
-            lambda n=restores: (p := job(lane_a, job_id)["pipelines"][0])["restoreCount"] == n
-            and p["status"] == "RUNNING",
+            lambda n=restores: (
+                (p := job(lane_a, job_id)["pipelines"][0])["restoreCount"] == n
+                and p["status"] == "RUNNING"
+            ),
             30,
             interval=0.1,
             what=f"the restore after the {victim_kind.lower()}'s worker died",
