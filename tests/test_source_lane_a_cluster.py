@@ -170,3 +170,47 @@ def test_a_streaming_localfile_job_survives_reader_and_enumerator_kills(lane_a, 
     assert post(lane_a, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
     assert wait_status(lane_a, job_id, TERMINAL, timeout=30)["jobStatus"] == "CANCELED"
     assert committed(data_db) == (count, count)  # what was committed stays, nothing twice
+
+
+def test_a_batch_job_restored_after_one_reader_finished_reads_nothing_twice(
+    lane_a, data_db, tmp_path
+):
+    """A small file and a large one: the reader of the small one finishes (its final
+    checkpoint committed, later checkpoints expect no ack of it); then the other reader's worker
+    is killed mid-file. The restore gives the finished reader what its final snapshot held, so
+    the small file is not read again, and the large one goes on from its checkpointed offset."""
+    lane_a.restore()
+    inbox = Inbox(tmp_path / "batch")
+    inbox.directory.mkdir()
+    inbox.drop(ROWS_PER_FILE)  # in-0000: reader 0's
+    inbox.drop(BIG_FILE)  # in-0001: reader 1's
+    with psycopg.connect(data_db, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS lane_a, lane_a__keel_stage")
+        conn.execute("CREATE TABLE lane_a (id bigint, name text)")
+    url = "jdbc:" + data_db.replace("postgres://", "postgresql://")
+    job_id = submit(
+        lane_a,
+        textwrap.dedent(f"""
+        env {{ job.mode = BATCH, parallelism = 2, checkpoint.interval = 300,
+              job.retry.interval.seconds = 0, job.retry.times = 3 }}
+        source {{ LocalFile {{ path = "{inbox.directory}", file_format_type = csv,
+                              schema {{ fields {{ id = bigint, name = string }} }} }} }}
+        sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = lane_a }} }}
+        """),
+    )
+    wait_for(
+        lambda: (
+            group(job(lane_a, job_id), "READER", 0)["status"] == "FINISHED"
+            and ROWS_PER_FILE + 2000 < committed(data_db)[0] < inbox.rows - 2000
+        ),
+        30,
+        interval=0.05,
+        what="reader 0 finished and the large file partly committed",
+    )
+    victim = group(job(lane_a, job_id), "READER", 1)["member"]["name"]
+    lane_a.signal(victim, signal.SIGKILL)
+    detail = wait_status(lane_a, job_id, TERMINAL, timeout=90)
+    assert detail["jobStatus"] == "FINISHED", detail
+    assert detail["pipelines"][0]["restoreCount"] == 1
+    assert committed(data_db) == (inbox.rows, inbox.rows)
+    lane_a.start(victim)

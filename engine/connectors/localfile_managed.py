@@ -70,9 +70,9 @@ class FileDiscovery(Discovery):
             if self.interval is None:
                 self.loop.schedule_in_coordinator_thread("discovery-tick", 1.0, self._tick)
             return
-        self.hand_on(splits or [])
         if self.interval is None:
-            self.complete = True
+            self.complete = True  # before the hand-on: the enumerator may end the input there
+        self.hand_on(splits or [])
 
 
 class ManagedLocalFileReader(SplitOffsets):

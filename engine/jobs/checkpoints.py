@@ -345,12 +345,20 @@ def reader_state(checkpoint: Checkpoint, task_group_id: int) -> dict:
 
 
 def acked_states(checkpoint_id: int, task_group_ids: list[int]) -> dict[int, dict]:
-    """The snapshots these task groups acked for a checkpoint, by task group id."""
-    return dict(
+    """What these task groups hold as of a completed checkpoint, by task group id: each one's
+    snapshot in it, or, for one that owed no ack (it had FINISHED, its final checkpoint
+    before), its newest snapshot in an earlier completed checkpoint."""
+    rows = (
         TaskCheckpoint.objects.filter(
-            checkpoint_id=checkpoint_id, task_group_id__in=task_group_ids
-        ).values_list("task_group_id", "state")
+            checkpoint_id__lte=checkpoint_id,
+            checkpoint__state=CheckpointState.COMPLETED,
+            task_group_id__in=task_group_ids,
+        )
+        .order_by("task_group_id", "-checkpoint_id")
+        .distinct("task_group_id")
+        .values_list("task_group_id", "state")
     )
+    return dict(rows)
 
 
 def completed_since(task_group_id: int, attempt: int, after: int) -> tuple[int, dict] | None:

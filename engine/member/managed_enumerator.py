@@ -50,6 +50,9 @@ COMPLETIONS_EVERY = 0.5
 LIVENESS_EVERY = 0.5
 IDLE_WAIT = 0.05
 STEPS_PER_TURN = 200
+#: Assignments one reader may have sent and not yet admitted: the rest wait as pending splits
+#: (a split storm neither floods a reader's mailbox nor the worker's outbox).
+SEND_WINDOW = 64
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,25 @@ class ManagedEnumeratorTask:
         self.acks: Counter[str] = Counter()
         self.backpressure = 0
         self.discovery = None
+        self.in_flight: Counter[int] = Counter()  # assignments sent to a reader, not admitted
+        self.batch, self.checkpointing = False, True
+        self.runtime_id, self.reply = "", []
+
+    def bind(
+        self,
+        targets: list[Target],
+        *,
+        batch: bool,
+        checkpointing: bool,
+        runtime: str,
+        reply: list,
+    ) -> None:
+        """Where its commands go (the readers' current attempts) and what the job asks."""
+        self.targets = {t.index: t for t in targets}
+        # Each reader's sequences run from 0 without gaps, so its applied watermark compacts.
+        self.sequences = dict.fromkeys(self.targets, -1)
+        self.batch, self.checkpointing = batch, checkpointing
+        self.runtime_id, self.reply = runtime, reply
 
     # -- operation threads ----------------------------------------------------------------
 
@@ -143,17 +165,15 @@ class ManagedEnumeratorTask:
     def run(self) -> None:
         thread, group = self.thread, self.group
         pipeline, job = group.pipeline, group.job
-        self.batch = job.mode == JobMode.BATCH
-        self.runtime_id = runtime_id(job.id, pipeline.index)
         targets = thread.db("finding its readers", readers_of, pipeline.id)
-        self.targets = {t.index: t for t in targets}
-        self.sequences = dict.fromkeys(self.targets, 0)
-        self.reply = [
-            group.id,
-            self.epoch,
-            str(thread.runtime.member.uuid),
-            thread.runtime.member.name,
-        ]
+        member = thread.runtime.member
+        self.bind(
+            targets,
+            batch=job.mode == JobMode.BATCH,
+            checkpointing=bool(job.env.get("checkpoint.interval")),
+            runtime=runtime_id(job.id, pipeline.index),
+            reply=[group.id, self.epoch, str(member.uuid), member.name],
+        )
         latest = thread.db("finding its checkpoint", checkpoints.latest_completed, pipeline.id)
         loop = CoordinatorEventLoop(self.pool, epoch=self.epoch, wakeup=self.wake.set)
         source = instantiate(pipeline.plan["source"])
@@ -247,7 +267,10 @@ class ManagedEnumeratorTask:
         readers = sorted(self.targets)
         while self.pending and readers:
             split_id = self.pending[0]
-            index = readers[self.turn % len(readers)]
+            turns = [readers[(self.turn + n) % len(readers)] for n in range(len(readers))]
+            index = next((r for r in turns if self.in_flight[r] < SEND_WINDOW), None)
+            if index is None:
+                break  # every reader's window is full: admissions open it again
             payload = json.dumps({"splits": [self.splits[split_id]]}).encode()
             try:
                 command_id = self.tracker.dispatch(
@@ -257,14 +280,17 @@ class ManagedEnumeratorTask:
                 self.backpressure += 1  # a completed checkpoint makes room
                 break
             self.pending.pop(0)
-            self.turn += 1
+            self.turn = readers.index(index) + 1
+            self.in_flight[index] += 1
             self._send(index, CommandKind.ASSIGN_SPLITS, payload, command_id, split_id)
         self._maybe_no_more()
 
     def _maybe_no_more(self) -> None:
         """A BATCH input ends once discovery is complete and every assignment was admitted:
         no-more-splits then follows every assignment in each reader's FIFO mailbox."""
-        if not (self.batch and self.discovery.complete and not self.pending):
+        if not self.batch or set(self.targets) <= self.no_more:
+            return
+        if not self.discovery.complete or self.pending:
             return
         if not self.tracker.all_admitted():
             return
@@ -318,14 +344,23 @@ class ManagedEnumeratorTask:
         if status in (AdmissionStatus.ACCEPTED, AdmissionStatus.DUPLICATE):
             del self.outstanding[answer["commandId"]]
             if command.split_id is not None:
+                self.in_flight[command.reader] -= 1
                 self.tracker.admitted(command.split_id, self.targets[command.reader].attempt)
-            self._maybe_no_more()
+                if not self.checkpointing:
+                    self.tracker.forget(command.split_id)  # no checkpoint will prove it
+            self._assign()
         elif status == AdmissionStatus.RETRY_LATER:
             after = (ack.get("retryAfterMillis") or 0) / 1000
             command.backoff = min(
                 max(command.backoff * 2, after, self.initial_backoff), self.max_backoff
             )
             command.due = time.monotonic() + command.backoff
+        elif status in (AdmissionStatus.INVALID_PAYLOAD, AdmissionStatus.UNSUPPORTED_PROTOCOL):
+            # Sending it again cannot help: the task group fails (and its pipeline restores).
+            raise RuntimeError(
+                f"reader {command.reader} refused a {command.kind.value} command: "
+                f"{status.value} {ack.get('reasonCode')}"
+            )
         else:
             # A reader attempt that is gone (its pipeline is being restored, this enumerator
             # with it) or a refusal: kept, and sent again at the slow pace until then.
@@ -343,6 +378,7 @@ class ManagedEnumeratorTask:
         for command_id, command in list(self.outstanding.items()):
             if command.due <= now:
                 self._publish(command_id, command)
+        self._maybe_no_more()  # a discovery that completed with nothing new
         self.loop.schedule_in_coordinator_thread("resend", RESEND_TICK, self._resend_tick)
 
     def _completions(self) -> None:

@@ -127,13 +127,11 @@ class ManagedReaderTask:
         recorded = SourceRuntime.from_json(plan.get("sourceRuntime"))
         latest = thread.db("finding its checkpoint", checkpoints.latest_completed, pipeline.id)
         own = {}
-        if latest is not None:
-            own = (
-                thread.db("reading its checkpoint", checkpoints.reader_state, latest, group.id).get(
-                    "managed"
-                )
-                or {}
+        if latest is not None:  # its snapshot there (a reader that had FINISHED: its final one)
+            states = thread.db(
+                "reading its checkpoint", checkpoints.acked_states, latest.id, [group.id]
             )
+            own = (states.get(group.id) or {}).get("managed") or {}
         try:
             check_restore(recorded, get_plugin("source", source_node["plugin"]))
             if own and own["metadata"]["capabilityDigest"] != recorded.capability_digest:

@@ -48,7 +48,7 @@ class FixedSplits(Discovery):
 
     def start(self) -> None:
         def found() -> None:
+            self.complete = True  # before the hand-on: the enumerator may end the input there
             self.hand_on(self.splits)
-            self.complete = True
 
         self.loop.post(found)

@@ -100,6 +100,13 @@ class AssignmentTracker:
             if entry.state == S.CHECKPOINT_INCLUDED and entry.checkpoint == checkpoint:
                 entry.state, entry.checkpoint = S.APPLIED, None
 
+    def forget(self, split_id: str) -> None:
+        """Nothing can prove it (checkpoints are disabled, and a restore starts over): the
+        entry leaves once admitted, so the tracker does not grow with the input."""
+        entry = self.entries.pop(split_id, None)
+        if entry is not None:
+            self.bytes -= entry.size
+
     def reader_failed(self, reader: int) -> list[str]:
         """The reader's attempt is gone; it restores from its last completed checkpoint, which
         holds none of the tracked splits (those are gone already). Every split tracked for it
