@@ -32,9 +32,20 @@ class ManagedFakeReader(SplitOffsets):
         self._paced: dict[str, tuple[float, int]] = {}
         self._next_read: dict[str, float] = {}
         self.retry_at: float | None = None
+        self.paced = bool(self.rate or self.interval)
+        #: The rows a split holds (None: a STREAMING split never ends).
+        self.limit = None if mode == JobMode.STREAMING else source.config["row.num"]
+        if self.listed is not None:
+            self.limit = len(self.listed)  # the same rows from every split, then it ends
+        self._order: list[str] | None = None  # the splits in id order, kept between turns
+
+    def add_splits(self, splits: list[dict]) -> None:
+        super().add_splits(splits)
+        self._order = None
 
     def restore(self, state: dict) -> None:
         super().restore(state)
+        self._order = None
         self._paced.clear()
         self._next_read.clear()
 
@@ -61,16 +72,18 @@ class ManagedFakeReader(SplitOffsets):
     def poll(self, context: PollContext) -> PollStatus:
         """Rows from the splits in turn (each turn starts with the split after the one the
         last turn ended in, so no split starves), each split's offset advanced with them."""
-        limit = None if self.mode == JobMode.STREAMING else self.source.config["row.num"]
-        if self.listed is not None:
-            limit = len(self.listed)  # the same rows from every split, then the split ends
-        order = sorted(self.offsets)
-        now = self.clock()
+        limit = self.limit
+        if self._order is None:
+            self._order = sorted(self.offsets)
+        order = self._order
+        now = self.clock() if self.paced else 0.0
         self.retry_at = None
         for turn in range(len(order)):
             split_id = order[(self.cursor + turn) % len(order)]
             offset = self.offsets[split_id]
-            due = self._due(split_id, offset, now) if limit is None or offset < limit else 0
+            if limit is not None and offset >= limit:
+                continue
+            due = self._due(split_id, offset, now) if self.paced else None
             if due == 0:
                 continue
             while limit is None or offset < limit:

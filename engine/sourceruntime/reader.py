@@ -25,7 +25,7 @@ from engine.sourceruntime.limits import PollLimits
 from engine.sourceruntime.mailbox import Queued, ReaderMailbox
 
 #: Poll turns one step may run back to back while nothing else is queued.
-TURNS_PER_STEP = 16
+TURNS_PER_STEP = 64
 
 
 @dataclass
