@@ -44,7 +44,8 @@ def run(cluster: Cluster, lane: str) -> tuple[float, float]:
     )
     assert cluster.one("SELECT status FROM engine_job WHERE id = %s", (job_id,)) == "FINISHED"
     recorded = cluster.one(
-        "SELECT plan::jsonb->'sourceRuntime'->>'lane' FROM engine_pipeline WHERE job_id = %s", (job_id,)
+        "SELECT plan::jsonb->'sourceRuntime'->>'lane' FROM engine_pipeline WHERE job_id = %s",
+        (job_id,),
     )
     assert recorded == lane, f"planned in Lane {recorded}, expected {lane}"
     rows, busy, cpu = cluster.db.execute(
