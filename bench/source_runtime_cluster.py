@@ -10,11 +10,9 @@ A's time includes waiting for its assignments and for no-more-splits, which cros
 
 from __future__ import annotations
 
-import json
 import statistics
-import urllib.request
 
-from tests.clusterkit import Cluster, DatabaseTemplate, wait_for
+from tests.clusterkit import Cluster, DatabaseTemplate, reader_rates, run_batch_job
 
 ROWS = 3_000_000
 ROUNDS = 3
@@ -26,35 +24,13 @@ sink {{ Blackhole {{ }} }}
 
 
 def run(cluster: Cluster, lane: str) -> tuple[float, float]:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{cluster.port}/api/v1/jobs",
-        method="POST",
-        data=json.dumps({"config": CONFIG}).encode(),
-        headers={"Authorization": f"Token {cluster.token}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        job_id = json.loads(resp.read())["jobId"]
-    wait_for(
-        lambda: cluster.one(
-            "SELECT status IN ('FINISHED', 'FAILED') FROM engine_job WHERE id = %s", (job_id,)
-        ),
-        300,
-        interval=0.2,
-        what=f"the Lane {lane} job to end",
-    )
-    assert cluster.one("SELECT status FROM engine_job WHERE id = %s", (job_id,)) == "FINISHED"
+    job_id = run_batch_job(cluster, CONFIG, f"the Lane {lane} job")
     recorded = cluster.one(
         "SELECT plan::jsonb->'sourceRuntime'->>'lane' FROM engine_pipeline WHERE job_id = %s",
         (job_id,),
     )
     assert recorded == lane, f"planned in Lane {recorded}, expected {lane}"
-    rows, busy, cpu = cluster.db.execute(
-        "SELECT source_received, busy_seconds, cpu_seconds FROM engine_taskgroup "
-        "WHERE job_id = %s AND kind = 'READER'",
-        (job_id,),
-    ).fetchone()
-    assert rows == ROWS
-    return rows / busy, rows / cpu
+    return reader_rates(cluster, job_id, ROWS)
 
 
 def main() -> None:

@@ -9,12 +9,10 @@ wall-clock time and by the thread's CPU time (this 2-core machine is noisy; CPU 
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
-import urllib.request
 
-from tests.clusterkit import Cluster, DatabaseTemplate, wait_for
+from tests.clusterkit import Cluster, DatabaseTemplate, reader_rates, run_batch_job
 
 ROWS = 6_000_000
 BATCH = 4096
@@ -42,30 +40,8 @@ def bare_loop() -> tuple[float, float]:
 def engine_run(cluster: Cluster) -> tuple[float, float]:
     """One batch job on the cluster: (rows per wall second, rows per CPU second) of its reader,
     as the reader's runtime thread measured them around its data plane."""
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{cluster.port}/api/v1/jobs",
-        method="POST",
-        data=json.dumps({"config": CONFIG}).encode(),
-        headers={"Authorization": f"Token {cluster.token}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        job_id = json.loads(resp.read())["jobId"]
-    wait_for(
-        lambda: cluster.one(
-            "SELECT status IN ('FINISHED', 'FAILED') FROM engine_job WHERE id = %s", (job_id,)
-        ),
-        300,
-        interval=0.2,
-        what="the throughput job to end",
-    )
-    assert cluster.one("SELECT status FROM engine_job WHERE id = %s", (job_id,)) == "FINISHED"
-    rows, busy, cpu = cluster.db.execute(
-        "SELECT source_received, busy_seconds, cpu_seconds FROM engine_taskgroup "
-        "WHERE job_id = %s AND kind = 'READER'",
-        (job_id,),
-    ).fetchone()
-    assert rows == ROWS
-    return rows / busy, rows / cpu
+    job_id = run_batch_job(cluster, CONFIG, "the throughput job")
+    return reader_rates(cluster, job_id, ROWS)
 
 
 def main() -> None:

@@ -333,6 +333,35 @@ class Cluster:
             self.run("cluster", "start", *dead)
 
 
+def run_batch_job(cluster: Cluster, config: str, what: str, timeout: float = 300) -> int:
+    """Submit a batch job through the API and wait until it has FINISHED; its id."""
+    code, body = cluster.post("/api/v1/jobs", {"config": config})
+    assert code == 201, body
+    job_id = body["jobId"]
+    wait_for(
+        lambda: cluster.one(
+            "SELECT status IN ('FINISHED', 'FAILED') FROM engine_job WHERE id = %s", (job_id,)
+        ),
+        timeout,
+        interval=0.2,
+        what=f"{what} to end",
+    )
+    assert cluster.one("SELECT status FROM engine_job WHERE id = %s", (job_id,)) == "FINISHED"
+    return job_id
+
+
+def reader_rates(cluster: Cluster, job_id: int, rows: int) -> tuple[float, float]:
+    """A one-reader job's rows per wall-clock second and per CPU second of its data plane, as
+    the reader's runtime thread measured them."""
+    received, busy, cpu = cluster.db.execute(
+        "SELECT source_received, busy_seconds, cpu_seconds FROM engine_taskgroup "
+        "WHERE job_id = %s AND kind = 'READER'",
+        (job_id,),
+    ).fetchone()
+    assert received == rows
+    return received / busy, received / cpu
+
+
 def pid_alive(pid: int) -> bool:
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
