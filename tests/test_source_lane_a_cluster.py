@@ -27,14 +27,14 @@ __all__ = ["data_db"]
 pytestmark = pytest.mark.cluster
 ROWS_PER_FILE = 50
 #: A file large enough that a kill lands while it is partly read and partly committed.
-BIG_FILE = 150_000
+BIG_FILE = 80_000
 
 
 @pytest.fixture(scope="module")
 def lane_a(db_template):
     """4 workers of 1 slot: an enumerator and 2 readers each on a worker of its own, and room
     to restore them after losing one."""
-    c = Cluster(db_template, masters=2, workers=4, slots=1, heartbeat_timeout=3.0)
+    c = Cluster(db_template, masters=1, workers=4, slots=1, heartbeat_timeout=3.0)
     c.env["KEEL_SOURCE_RUNTIME_MANAGED_CONNECTORS"] = "FakeSource,LocalFile"
     with c:
         yield c

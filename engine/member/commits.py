@@ -103,3 +103,28 @@ class ReaderCommits:
             self.apply(chain, now=True)
         except Exception:
             log.warning("task group %s could not commit on stop", self.task_group_id, exc_info=True)
+
+
+def for_reader(thread, group, restored: int | None) -> tuple[ReaderCommits, dict]:
+    """A reader attempt's commits (``thread``: its task group thread) and the context its
+    sinks are opened with, restored from checkpoint ``restored`` (None: from the start)."""
+    checkpointing = bool(group.job.env.get("checkpoint.interval"))
+    commits = ReaderCommits(
+        thread.task_group_id,
+        thread.attempt,
+        thread.member_id,
+        checkpointing=checkpointing,
+        restored=restored,
+        db=thread.db,
+    )
+    context = {
+        "jobId": group.job_id,
+        "pipelineId": group.pipeline.index,
+        "readerIndex": group.index,
+        "attempt": thread.attempt,
+        "memberUuid": str(thread.runtime.member.uuid),
+        "jobName": group.job.name,
+        "checkpointing": checkpointing,
+        "restoredCheckpoint": restored,
+    }
+    return commits, context

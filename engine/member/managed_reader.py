@@ -17,7 +17,7 @@ import time
 from engine.connectors import get_plugin
 from engine.connectors.managed import reader_for
 from engine.jobs import checkpoints, lifecycle
-from engine.member.commits import ReaderCommits
+from engine.member.commits import for_reader
 from engine.member.dataplane import (
     METRICS_INTERVAL,
     Counters,
@@ -141,25 +141,7 @@ class ManagedReaderTask:
                 )
         except LaneMismatch as exc:
             raise PluginFailure(source_node["path"], exc) from exc
-        checkpointing = bool(job.env.get("checkpoint.interval"))
-        commits = ReaderCommits(
-            group.id,
-            thread.attempt,
-            thread.member_id,
-            checkpointing=checkpointing,
-            restored=getattr(latest, "id", None),
-            db=thread.db,
-        )
-        context = {
-            "jobId": job.id,
-            "pipelineId": pipeline.index,
-            "readerIndex": group.index,
-            "attempt": thread.attempt,
-            "memberUuid": str(thread.runtime.member.uuid),
-            "jobName": job.name,
-            "checkpointing": checkpointing,
-            "restoredCheckpoint": getattr(latest, "id", None),
-        }
+        commits, context = for_reader(thread, group, getattr(latest, "id", None))
         started, cpu_started = time.monotonic(), time.thread_time()
         source, chain = compile_chain(plan, context)
         counters = Counters()

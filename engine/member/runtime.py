@@ -20,7 +20,7 @@ from django.db import close_old_connections, connections
 from engine.cluster.membership import MemberSession
 from engine.dbsession import ride_out
 from engine.jobs import checkpoints, lifecycle, splits
-from engine.member.commits import ReaderCommits
+from engine.member.commits import ReaderCommits, for_reader
 from engine.member.dataplane import Chain, Counters, PluginFailure, guarded, instantiate, run_reader
 from engine.member.mailbox import Barrier, Commit, Mailbox, Message
 from engine.member.managed_enumerator import ManagedEnumeratorTask
@@ -209,25 +209,7 @@ class TaskGroupThread(threading.Thread):
         restored = getattr(
             self.db("finding its checkpoint", checkpoints.latest_completed, pipeline.id), "id", None
         )
-        checkpointing = bool(group.job.env.get("checkpoint.interval"))
-        commits = ReaderCommits(
-            self.task_group_id,
-            self.attempt,
-            self.member_id,
-            checkpointing=checkpointing,
-            restored=restored,
-            db=self.db,
-        )
-        context = {
-            "jobId": group.job_id,
-            "pipelineId": pipeline.index,
-            "readerIndex": group.index,
-            "attempt": self.attempt,
-            "memberUuid": str(self.runtime.member.uuid),
-            "jobName": group.job.name,
-            "checkpointing": checkpointing,
-            "restoredCheckpoint": restored,
-        }
+        commits, context = for_reader(self, group, restored)
 
         def progress(counters: Counters, offsets: dict) -> None:
             owned = self.db(
