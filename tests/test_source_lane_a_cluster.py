@@ -95,6 +95,14 @@ class Inbox:
         return first
 
 
+def empty_table(data_db: str) -> str:
+    """The sink's table, new and empty, with no key (duplicates show); its Jdbc URL."""
+    with psycopg.connect(data_db, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS lane_a, lane_a__keel_stage")
+        conn.execute("CREATE TABLE lane_a (id bigint, name text)")
+    return "jdbc:" + data_db.replace("postgres://", "postgresql://")
+
+
 def committed(url: str) -> tuple[int, int]:
     with psycopg.connect(url) as conn:
         return conn.execute("SELECT count(*), count(DISTINCT id) FROM lane_a").fetchone()
@@ -106,10 +114,7 @@ def test_a_streaming_localfile_job_survives_reader_and_enumerator_kills(lane_a, 
     lane_a.restore()
     inbox = Inbox(tmp_path / "inbox")
     inbox.directory.mkdir()
-    with psycopg.connect(data_db, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS lane_a, lane_a__keel_stage")
-        conn.execute("CREATE TABLE lane_a (id bigint, name text)")  # no key: duplicates show
-    url = "jdbc:" + data_db.replace("postgres://", "postgresql://")
+    url = empty_table(data_db)
     for _ in range(3):
         inbox.drop()
     job_id = submit(
@@ -184,10 +189,7 @@ def test_a_batch_job_restored_after_one_reader_finished_reads_nothing_twice(
     inbox.directory.mkdir()
     inbox.drop(ROWS_PER_FILE)  # in-0000: reader 0's
     inbox.drop(BIG_FILE)  # in-0001: reader 1's
-    with psycopg.connect(data_db, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS lane_a, lane_a__keel_stage")
-        conn.execute("CREATE TABLE lane_a (id bigint, name text)")
-    url = "jdbc:" + data_db.replace("postgres://", "postgresql://")
+    url = empty_table(data_db)
     job_id = submit(
         lane_a,
         textwrap.dedent(f"""

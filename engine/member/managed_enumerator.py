@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import close_old_connections
 
 from engine.connectors.managed import discovery_for
@@ -114,7 +115,7 @@ class ManagedEnumeratorTask:
         self.epoch = thread.attempt
         self.wake = threading.Event()
         self.loop: CoordinatorEventLoop | None = None
-        engine = _engine()
+        engine = settings.ENGINE
         self.tracker = AssignmentTracker(
             engine["source-runtime.tracker.max-entries"], engine["source-runtime.tracker.max-bytes"]
         )
@@ -200,15 +201,11 @@ class ManagedEnumeratorTask:
     def _restore(self, own: dict | None, held: dict[int, set[str]]) -> None:
         """The cut of the latest completed checkpoint, reconciled with what its readers hold."""
         if own:
-            engine = _engine()
             self.tracker = AssignmentTracker.from_json(
-                own["tracker"],
-                engine["source-runtime.tracker.max-entries"],
-                engine["source-runtime.tracker.max-bytes"],
+                own["tracker"], self.tracker.max_entries, self.tracker.max_bytes
             )
             self.splits = dict(own["splits"])
             self.pending = list(own["pending"])
-            self.discovery.restore(own["known"])
         every_held = set().union(*held.values()) if held else set()
         returned = []
         for index, ids in held.items():
@@ -218,7 +215,7 @@ class ManagedEnumeratorTask:
                 returned += self.tracker.reader_failed(entry.reader)  # a reader not there now
         pending = [s for s in [*self.pending, *returned] if s not in every_held]
         self.pending = list(dict.fromkeys(pending))
-        self.discovery.restore(set(self.discovery.known) | every_held)
+        self.discovery.restore(set(own["known"] if own else ()) | every_held)
         for split_id in every_held:
             self.splits.pop(split_id, None)
 
@@ -462,9 +459,3 @@ class ManagedEnumeratorTask:
 
 
 COORDINATOR_COUNTERS = ("executions", "coalesced", "stale_results", "timeouts", "failures")
-
-
-def _engine() -> dict:
-    from django.conf import settings
-
-    return settings.ENGINE

@@ -274,5 +274,5 @@ class ManagedReaderTask:
             counters.received,
             counters.written,
             counters.rate,
-            runtime_metrics(self.mailbox.stats() if self.mailbox else {}, held, extra),
+            runtime_metrics(self.mailbox.stats(), held, extra),
         )
