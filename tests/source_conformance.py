@@ -5,14 +5,19 @@ these tests. Each check runs the reader under the real event loop where ordering
 
 from __future__ import annotations
 
+import itertools
+import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.sourceruntime.choices import PollStatus
-from engine.sourceruntime.limits import PollLimits
-from engine.sourceruntime.reader import PollContext
+from engine.sourceruntime.choices import CommandKind, PollStatus
+from engine.sourceruntime.envelope import SourceCommandEnvelope
+from engine.sourceruntime.lifecycle import Life
+from engine.sourceruntime.limits import MailboxLimits, PollLimits
+from engine.sourceruntime.mailbox import ReaderMailbox, WorkerBudget
+from engine.sourceruntime.reader import PollContext, ReaderEventLoop
 
 
 @dataclass
@@ -95,6 +100,92 @@ def test_state_and_emitted_records_advance_together(managed):
         reader.restore(state)
         reader.notify_no_more_splits()
     assert len(seen) == len(set(seen)) == managed.rows_per_split * len(managed.splits)
+
+
+class ArrivingMailbox(ReaderMailbox):
+    """A reader mailbox that calls ``on_check(n)`` at the n-th check the event loop makes for
+    queued work (``has_work``, or the turns' inline read of ``commands``): exactly the points
+    between two poll turns where a command admitted by another thread is first seen, so a
+    test admits its commands there."""
+
+    def __init__(self, *args, on_check: Callable[[int], None] = lambda n: None, **kw) -> None:
+        self.on_check, self.checks = on_check, 0
+        super().__init__(*args, **kw)
+
+    @property
+    def commands(self) -> int:
+        if "_lock" in self.__dict__ and not self._lock.locked():  # not within admit or take
+            self.checks += 1
+            self.on_check(self.checks)
+        return self.__dict__["_commands"]
+
+    @commands.setter
+    def commands(self, value: int) -> None:
+        self.__dict__["_commands"] = value
+
+
+def under_the_loop(
+    reader, splits: list[dict], every: int, limits: PollLimits | None = None
+) -> tuple[list, list]:
+    """The reader under the real event loop, given ``splits`` then no more, a barrier arriving
+    at every n-th check for queued work: the rows in the order emitted and, for each snapshot,
+    (its state as checkpointed, how many rows had been emitted by then)."""
+    sequence, checkpoints = itertools.count(), itertools.count(1)
+
+    def command(kind, payload=None):
+        n = next(sequence)
+        body = json.dumps(payload).encode() if payload is not None else b""
+        envelope = SourceCommandEnvelope.build(
+            job_id=1,
+            source_runtime_id="1/1",
+            epoch=1,
+            sender_attempt=1,
+            target_attempt=1,
+            sequence=n,
+            command_id=f"c{n}",
+            kind=kind,
+            payload=body,
+        )
+        return box.admit(envelope)
+
+    def arrive(checks: int) -> None:
+        if checks % every == 0:
+            command(CommandKind.CHECKPOINT, {"checkpoint": next(checkpoints)})
+
+    box = ArrivingMailbox(1, "1/1", 1, MailboxLimits(), WorkerBudget(10**9), on_check=arrive)
+    out, snaps = [], []
+    loop = ReaderEventLoop(
+        box,
+        reader,
+        limits or PollLimits(),
+        out.extend,
+        lambda s: snaps.append((json.loads(json.dumps(s.state)), len(out))),
+        "digest",
+    )
+    loop.start()
+    if splits:
+        command(CommandKind.ASSIGN_SPLITS, {"splits": splits})
+    command(CommandKind.NO_MORE_SPLITS)
+    for _ in range(100_000):
+        if loop.life.state == Life.CLOSED or not loop.step():
+            break
+    return out, snaps
+
+
+def test_under_the_event_loop_every_snapshot_resumes_exactly_after_what_was_emitted(managed):
+    """Steps of back-to-back turns, barriers arriving between any two of them: each snapshot,
+    restored into a fresh reader, reads exactly the rows not emitted when it was taken."""
+    for every, max_records in ((3, 4), (2, 16)):
+        limits = PollLimits(max_records=max_records)
+        out, snaps = under_the_loop(managed.make(), managed.splits, every, limits)
+        assert len(out) == len(set(out)) == managed.rows_per_split * len(managed.splits)
+        assert len(snaps) >= 3
+        for state, emitted in snaps:
+            again = managed.make()
+            again.restore(state)
+            again.notify_no_more_splits()
+            rest = read_all(again)
+            assert len(rest) == len(out) - emitted and set(out[:emitted] + rest) == set(out)
 
 
 def test_a_split_assigned_twice_is_read_once_and_callbacks_are_idempotent(managed):

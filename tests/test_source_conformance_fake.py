@@ -8,7 +8,7 @@ from engine.connectors.fake import FakeSource
 from engine.connectors.fake_managed import CAPABILITY, ManagedFakeReader
 from engine.jobs.planner import plan_job
 from tests.source_conformance import *  # noqa: F403 - the suite's tests run for this connector
-from tests.source_conformance import Subject
+from tests.source_conformance import Subject, under_the_loop
 
 
 @pytest.fixture
@@ -79,3 +79,34 @@ def test_the_rows_option_is_what_every_managed_split_emits():
         if status.value == "END_OF_INPUT":
             break
     assert rows == source.listed_rows() * 2
+
+
+def test_under_the_loop_the_managed_rows_are_lane_bs_across_its_read_ahead_blocks():
+    """The steady-state path (turns out of rows built ahead, runs of turns for one split, one
+    turn a split for several) emits Lane B's rows, in each split's order, and every snapshot
+    resumes after exactly what was emitted, wherever in a block it was taken."""
+    from collections import Counter
+
+    from engine.connectors.fake_managed import READ_AHEAD
+    from engine.member.dataplane import BATCH_SIZE
+
+    assert READ_AHEAD == BATCH_SIZE  # both lanes build rows in blocks of the same size
+    for split_num in (1, 3):
+        source = source_of(f"row.num = {2 * READ_AHEAD + 100}, split.num = {split_num}")
+        splits = source.create_splits("BATCH")
+        lane_b = {
+            split["splitId"]: [r for rows, _ in source.read(split, 0, "BATCH", 4096) for r in rows]
+            for split in splits
+        }
+        out, snaps = under_the_loop(ManagedFakeReader(source), splits, every=7)
+        if split_num == 1:
+            assert out == lane_b["fake-0"]
+        assert Counter(out) == Counter(r for rows in lane_b.values() for r in rows)
+        assert len(snaps) > 20
+        for state, emitted in snaps[:: max(len(snaps) // 8, 1)]:
+            again = ManagedFakeReader(source)
+            again.restore(state)
+            rest, _ = under_the_loop(again, [], every=5)
+            assert Counter(out[:emitted] + rest) == Counter(out)
+            if split_num == 1:
+                assert rest == lane_b["fake-0"][emitted:]

@@ -96,13 +96,16 @@ def loop(size=100, slow=0.0, **limits):
     box = ReaderMailbox(1, "1/1", 2, MailboxLimits(), WorkerBudget(10**9), clock=clock)
     reader = CountingReader(size, clock, slow)
     out, snaps, turns = [], [], []
+    poll = reader.poll
 
-    def emit(records):
-        out.extend(records)
-        turns.append(len(records))
+    def poll_one_turn(context):  # CountingReader's poll is one turn: count its records
+        status = poll(context)
+        turns.append(context.count)
+        return status
 
+    reader.poll = poll_one_turn
     event_loop = ReaderEventLoop(
-        box, reader, PollLimits(**limits), emit, snaps.append, "digest", clock=clock
+        box, reader, PollLimits(**limits), out.extend, snaps.append, "digest", clock=clock
     )
     event_loop.start()
     event_loop.turns = turns  # records of each poll turn
@@ -166,7 +169,7 @@ def test_turns_stop_back_to_back_as_soon_as_a_control_is_queued():
 
     def poll_then_barrier(context):
         status = original(context)
-        if len(event_loop.turns) == 2:  # a barrier arrives during the third turn
+        if len(event_loop.turns) == 3:  # a barrier arrives during the third turn
             send(box, CommandKind.CHECKPOINT, {"checkpoint": 1})
         return status
 

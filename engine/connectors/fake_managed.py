@@ -18,6 +18,13 @@ from engine.states import JobMode
 CAPABILITY = FakeSource.managed_capability
 #: What one row of FakeSource costs in a poll turn's byte budget (an estimate: rows are tuples).
 ROW_BYTES = 64
+#: Rows built at once for a split and handed out over the next poll turns: a turn's rows
+#: then cost nothing to build, building is as batched as Lane B's reads (the data plane's
+#: batch size), and a step's turns (64 of 64 rows) hand a whole block over uncopied.
+READ_AHEAD = 4096
+#: Splits whose built rows are kept at once (the oldest block is dropped first).
+READ_AHEAD_SPLITS = 16
+_NOTHING_AHEAD: tuple[int, list, int] = (0, [], 0)
 
 
 class ManagedFakeReader(SplitOffsets):
@@ -38,6 +45,9 @@ class ManagedFakeReader(SplitOffsets):
         if self.listed is not None:
             self.limit = len(self.listed)  # the same rows from every split, then it ends
         self._order: list[str] | None = None  # the splits in id order, kept between turns
+        #: Rows built ahead, per split: (first offset, rows, end offset). Derived, never
+        #: checkpointed.
+        self._ahead: dict[str, tuple[int, list[tuple], int]] = {}
 
     def add_splits(self, splits: list[dict]) -> None:
         super().add_splits(splits)
@@ -46,6 +56,7 @@ class ManagedFakeReader(SplitOffsets):
     def restore(self, state: dict) -> None:
         super().restore(state)
         self._order = None
+        self._ahead.clear()
         self._paced.clear()
         self._next_read.clear()
 
@@ -71,11 +82,62 @@ class ManagedFakeReader(SplitOffsets):
 
     def poll(self, context: PollContext) -> PollStatus:
         """Rows from the splits in turn (each turn starts with the split after the one the
-        last turn ended in, so no split starves), each split's offset advanced with them."""
-        limit = self.limit
+        last turn ended in, so no split starves), each split's offset advanced with them.
+
+        In the steady state each turn's whole record budget lies in rows already built for
+        the split it starts with, and the reader goes straight on with the next turn while the
+        loop allows it (the same rows and offsets as the general path, ``_poll``)."""
         if self._order is None:
             self._order = sorted(self.offsets)
-        order = self._order
+        order, limits = self._order, context.limits
+        if order and not self.paced and limits.max_records * ROW_BYTES <= limits.max_bytes:
+            status = (
+                self._poll_one(context, order[0])
+                if len(order) == 1
+                else self._poll_each(context, order)
+            )
+            if status is not None:
+                return status
+        return self._poll(context, order)
+
+    def _poll_one(self, context: PollContext, split_id: str) -> PollStatus | None:
+        """One split: its rows (built ahead now if need be) go out as a run of whole turns;
+        None when the turn is to go on in the general path (the split's end, or listed rows)."""
+        offset = self.offsets[split_id]
+        first, rows, end = self._ahead.get(split_id, _NOTHING_AHEAD)
+        if not first <= offset < end:
+            if self.listed is not None or (self.limit is not None and offset >= self.limit):
+                return None
+            first, rows, end = self._built(split_id, offset, offset + 1)
+        offset += context.emit_turns(rows, offset - first, end - first, ROW_BYTES)
+        self.offsets[split_id] = offset  # advanced with the rows, before the call returns
+        if offset < end or not context.remaining_records:
+            return PollStatus.MORE_AVAILABLE
+        return None
+
+    def _poll_each(self, context: PollContext, order: list[str]) -> PollStatus | None:
+        """Several splits: a turn each, in turn; None when a turn (still empty) is to take the
+        general path."""
+        want, offsets, n = context.limits.max_records, self.offsets, len(order)
+        cursor = self.cursor % n
+        while True:
+            split_id = order[cursor]
+            offset = offsets[split_id]
+            first, rows, end = self._ahead.get(split_id, _NOTHING_AHEAD)
+            stop = offset + want
+            if offset < first or stop > end:
+                self.cursor = cursor
+                return None
+            context.emit_slice(rows, offset - first, stop - first, ROW_BYTES)
+            offsets[split_id] = stop  # advanced with the rows, in the same turn
+            cursor = (cursor + 1) % n
+            if not context.next_turn():
+                self.cursor = cursor
+                return PollStatus.MORE_AVAILABLE
+
+    def _poll(self, context: PollContext, order: list[str]) -> PollStatus:
+        """Any turn: pacing, split ends, budgets, and rows built as they are needed."""
+        limit = self.limit
         now = self.clock() if self.paced else 0.0
         self.retry_at = None
         for turn in range(len(order)):
@@ -88,14 +150,14 @@ class ManagedFakeReader(SplitOffsets):
                 continue
             while limit is None or offset < limit:
                 room = (context.limits.max_bytes - context.bytes) // ROW_BYTES
-                room = min(context.remaining_records, room if context.records else max(room, 1))
+                room = min(context.remaining_records, room if context.count else max(room, 1))
                 if due is not None:
                     room = min(room, due)
                 if room <= 0:  # the byte budget is spent (a turn always makes progress)
                     self.cursor = (self.cursor + turn) % len(order)
                     return PollStatus.MORE_AVAILABLE
                 stop = offset + room if limit is None else min(offset + room, limit)
-                context.emit_many(self._rows(split_id, offset, stop), ROW_BYTES)
+                self._emit(context, split_id, offset, stop)
                 if due is not None:
                     due -= stop - offset
                 offset = stop
@@ -109,7 +171,25 @@ class ManagedFakeReader(SplitOffsets):
             return PollStatus.END_OF_INPUT
         return PollStatus.NOTHING_AVAILABLE
 
-    def _rows(self, split_id: str, start: int, stop: int) -> list[tuple]:
+    def _emit(self, context: PollContext, split_id: str, start: int, stop: int) -> None:
+        """The split's rows ``[start, stop)``, from the rows built ahead (built now if not)."""
         if self.listed is not None:
-            return self.listed[start:stop]
-        return self.build(self.source.row_ids(self.splits[split_id], self.mode, start, stop))
+            context.emit_many(self.listed[start:stop], ROW_BYTES)
+            return
+        first, rows, end = self._ahead.get(split_id, _NOTHING_AHEAD)
+        if not first <= start or stop > end:
+            first, rows, end = self._built(split_id, start, stop)
+        context.emit_slice(rows, start - first, stop - first, ROW_BYTES)
+
+    def _built(self, split_id: str, start: int, stop: int) -> tuple[int, list[tuple], int]:
+        """The split's rows from ``start``, at least to ``stop`` (a block of READ_AHEAD rows
+        at least, within the split's limit), built now and kept ahead."""
+        end = start + max(READ_AHEAD, stop - start)
+        if self.limit is not None:
+            end = min(end, self.limit)
+        rows = self.build(self.source.row_ids(self.splits[split_id], self.mode, start, end))
+        self._ahead.pop(split_id, None)
+        self._ahead[split_id] = block = (start, rows, start + len(rows))
+        if len(self._ahead) > READ_AHEAD_SPLITS:
+            del self._ahead[next(iter(self._ahead))]
+        return block

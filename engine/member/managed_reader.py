@@ -67,7 +67,8 @@ class ManagedReaderTask:
         self._lock = threading.Lock()
         self._offered = {BARRIER_SENDER: 0, CALLBACK_SENDER: 0}  # newest checkpoint admitted
         self._sequence = {BARRIER_SENDER: 0, CALLBACK_SENDER: 0}
-        self._rows: list[tuple] = []
+        #: The rows of the step just run (the loop hands each step's list over, never reused).
+        self._batches: list[list[tuple]] = []
 
     # -- operation threads ----------------------------------------------------------------
 
@@ -158,9 +159,8 @@ class ManagedReaderTask:
 
         def flush() -> None:
             """The rows of the step just run, through the chain before anything else."""
-            if self._rows:
-                rows = list(self._rows)
-                self._rows.clear()  # the list the loop emits into: cleared, never replaced
+            while self._batches:
+                rows = self._batches.pop(0)
                 counters.add(len(rows), chain.push(source_key, rows))
 
         def on_snapshot(snapshot: Snapshot) -> None:
@@ -195,7 +195,7 @@ class ManagedReaderTask:
             mailbox,
             reader,
             PollLimits.from_settings(),
-            self._rows.extend,
+            self._batches.append,
             on_snapshot,
             recorded.capability_digest or "",
             lineage=(own.get("metadata") or {}).get("readerAttemptLineage"),

@@ -12,7 +12,6 @@ its slots and its running task groups carry on; only a signal or a fenced member
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import signal
@@ -34,6 +33,7 @@ from engine.cluster.membership import (
 )
 from engine.dbsession import outage_tolerance
 from engine.member import runtime
+from engine.member.gctuning import tune_for_rows
 from engine.protocol import CONTROL_QUEUE, member_queue
 from engine.states import SlotMode
 
@@ -144,12 +144,7 @@ class Worker:
                 target=self.heartbeat_loop, name="member-heartbeat", daemon=True
             )
             beat.start()
-            # Everything loaded so far lives as long as the process: keep it out of the cyclic
-            # GC, whose full collections would otherwise walk the whole Django/Celery heap
-            # again and again while the data plane allocates rows.
-            gc.freeze()
-            # Rows are short-lived tuples of scalars: collect the young generation less often.
-            gc.set_threshold(50_000, 20, 100)
+            tune_for_rows()
             worker = self.serve_commands()
         finally:
             self.stopping.set()

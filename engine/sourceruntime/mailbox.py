@@ -245,8 +245,9 @@ class ReaderMailbox:
 
     def has_work(self) -> bool:
         """Anything for the event loop besides polling (read without the lock: a command
-        admitted just after is seen at the next check, one turn later at most)."""
-        return bool(self.terminal or self._ordered or self._completions or self._observability)
+        admitted just after is seen at the next check, one turn later at most). ``commands``
+        counts what is queued, in every category: the poll turns' hot path reads it inline."""
+        return self.commands > 0 or self.terminal.kind is not None
 
     def next_ordered_kind(self) -> CommandKind | None:
         """The kind of the ordered control the event loop takes next, if any."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine.sourceruntime.capability import MANAGED_LANE_VERSION, RUNTIME_METADATA_VERSION
@@ -28,36 +28,168 @@ from engine.sourceruntime.mailbox import Queued, ReaderMailbox
 TURNS_PER_STEP = 64
 
 
-@dataclass
 class PollContext:
-    """What one poll turn may still do; ``emit`` hands a record over with its size."""
+    """What one poll turn may still do; ``emit`` hands a record over with its size.
 
-    limits: PollLimits
-    clock: Callable[[], float]
-    started: float
-    records: list = field(default_factory=list)
-    bytes: int = 0
+    The turns of one step share their output (``out``, complete after ``settle()``): a turn's
+    budget counts from where it began, so handing a turn's records over costs nothing, and
+    slices of one list emitted end to end (``emit_slice``) are copied once, when settled.
+    """
+
+    __slots__ = (
+        "_box",
+        "_run",
+        "_run_start",
+        "_run_stop",
+        "bytes",
+        "clock",
+        "deadline",
+        "ended",
+        "first",
+        "length",
+        "limits",
+        "out",
+        "started",
+        "turns_left",
+    )
+
+    def __init__(
+        self,
+        limits: PollLimits,
+        clock: Callable[[], float],
+        started: float,
+        box: ReaderMailbox | None = None,
+    ) -> None:
+        self.limits, self.clock = limits, clock
+        self.out: list = []
+        #: Further turns this poll call may start (``next_turn``), and how many it ended so.
+        self.turns_left, self.ended = 0, 0
+        #: The mailbox the event loop checks between turns (None: one turn per call).
+        self._box = box
+        self.length = 0  # records emitted this step, the pending slice included
+        self._run: list | None = None  # a slice emitted but not copied yet: _run[start:stop]
+        self._run_start = self._run_stop = 0
+        self.begin(started)
+
+    def begin(self, started: float) -> None:
+        """A new turn starts now, its records after those already emitted."""
+        self.started, self.deadline = started, started + self.limits.soft
+        self.first, self.bytes = self.length, 0
+
+    def settle(self) -> list:
+        """Every record emitted so far, in order, in ``out``."""
+        run = self._run
+        if run is not None:
+            self._run = None
+            if not self.out and self._run_start == 0 and self._run_stop == len(run):
+                self.out = run  # the whole list, emitted slice by slice: no copy at all
+            else:
+                self.out.extend(run[self._run_start : self._run_stop])
+        return self.out
+
+    @property
+    def records(self) -> list:
+        """This turn's records so far."""
+        return self.settle()[self.first :]
+
+    @property
+    def count(self) -> int:
+        return self.length - self.first
 
     def emit(self, record: tuple, size: int = 0) -> None:
-        self.records.append(record)
+        if self._run is not None:
+            self.settle()
+        self.out.append(record)
+        self.length += 1
         self.bytes += size
 
     def emit_many(self, records: list[tuple], size_each: int = 0) -> None:
         """A block of records at once (what a batch-minded reader produces)."""
-        self.records.extend(records)
+        if self._run is not None:
+            self.settle()
+        self.out.extend(records)
+        self.length += len(records)
         self.bytes += size_each * len(records)
+
+    def emit_slice(self, rows: list, start: int, stop: int, size_each: int = 0) -> None:
+        """``rows[start:stop]``, of a list the reader no longer changes: a slice that goes on
+        where the last one ended, in the same list, extends it instead of being copied."""
+        if self._run is not rows or self._run_stop != start:
+            if self._run is not None:
+                self.settle()
+            self._run, self._run_start = rows, start
+        self._run_stop = stop
+        self.length += stop - start
+        self.bytes += size_each * (stop - start)
+
+    def emit_turns(self, rows: list, start: int, stop: int, size_each: int = 0) -> int:
+        """``rows[start:stop]`` (a list the reader no longer changes) as back-to-back turns: the
+        first fills what this turn's budgets still allow, each further one begins only where
+        ``next_turn`` would begin one. Returns how many records were emitted, for the reader
+        to advance its state by as many before it returns (nothing runs between these turns but
+        the loop's checks). The last turn stays open when the rows end inside it."""
+        limits = self.limits
+        per_turn = limits.max_records
+        if size_each:
+            per_turn = min(per_turn, limits.max_bytes // size_each)
+            room = min(per_turn - self.count, (limits.max_bytes - self.bytes) // size_each)
+        else:
+            room = per_turn - self.count
+        per_turn = max(per_turn, 1)  # a turn always makes progress
+        if room <= 0:
+            if self.count:
+                return 0  # this turn's budget is spent
+            room = 1  # a record larger than the byte budget still goes, alone
+        taken = min(start + room, stop)
+        self.emit_slice(rows, start, taken, size_each)
+        if taken == stop or not self.next_turn():
+            return taken - start
+        # Further turns, each filled at once (turns are cut from one slice). Between two of
+        # them only the mailbox is checked, inline (this is the hot path): no reader code runs
+        # between them, so none can overrun its soft duration (next_turn has just read the
+        # clock for the turn that did run reader code); the last one's start is read once.
+        box = self._box
+        terminal = box.terminal
+        turns = min(-(-(stop - taken) // per_turn), self.turns_left + 1)
+        k = 1  # turn k gets its records: a whole turn's, or the rest of the rows
+        while k < turns and not box.commands and terminal.kind is None:
+            k += 1
+        last = min(per_turn, stop - taken - (k - 1) * per_turn)
+        filled = (k - 1) * per_turn + last
+        self.emit_slice(rows, taken, taken + filled)
+        self.first, self.bytes = self.length - last, last * size_each
+        if k > 1:
+            self.started = self.clock()
+            self.deadline = self.started + limits.soft
+        self.turns_left -= k - 1
+        self.ended += k - 1
+        return taken + filled - start
 
     @property
     def remaining_records(self) -> int:
-        return max(self.limits.max_records - len(self.records), 0)
+        return max(self.limits.max_records - self.length + self.first, 0)
 
-    @property
-    def deadline(self) -> float:
-        return self.started + self.limits.soft
+    def next_turn(self) -> bool:
+        """The turn so far is complete (its records emitted, their state advanced): True if
+        another turn has begun, in this same call, because the event loop would have started
+        one now: turns are left in this step, the turn kept within its soft duration, and
+        nothing else (terminal signal, ordered control, completion) is queued. This is the
+        check the loop makes between turns, made here, so a reader with cheap turns saves a
+        call per turn; False: return from ``poll`` (with MORE_AVAILABLE) without emitting."""
+        if self.turns_left <= 0 or self._box is None or self._box.has_work():
+            return False
+        now = self.clock()
+        if now - self.started > self.limits.soft:
+            return False  # the loop accounts for the overrun once poll returns
+        self.turns_left -= 1
+        self.ended += 1
+        self.started, self.deadline = now, now + self.limits.soft
+        self.first, self.bytes = self.length, 0
+        return True
 
     def should_yield(self) -> bool:
         return (
-            len(self.records) >= self.limits.max_records
+            self.length - self.first >= self.limits.max_records
             or self.bytes >= self.limits.max_bytes
             or self.clock() >= self.deadline
         )
@@ -188,11 +320,7 @@ class ReaderEventLoop:
         if not self.available and self.retry_at is not None and self.clock() >= self.retry_at:
             self.available, self.retry_at = True, None
         if self.life.state == Life.RUNNING and self.available and not self.schema.blocks_polling:
-            # Turns back to back while nothing else is queued: a control (or the terminal
-            # signal) still waits for one turn at most, as it is checked between turns.
-            for _ in range(TURNS_PER_STEP):
-                if not self._poll_turn() or self.mailbox.has_work():
-                    break
+            self._poll_turns()
             return True
         return False
 
@@ -254,25 +382,46 @@ class ReaderEventLoop:
             "capabilityDigest": self.capability_digest,
         }
 
-    def _poll_turn(self) -> bool:
-        """One poll turn; True if the reader has more right away."""
-        started = self.clock()
-        context = PollContext(self.limits, self.clock, started)
-        status = self.reader.poll(context)
-        elapsed = self.clock() - started
-        self.metrics.poll_turns += 1
-        self.metrics.records += len(context.records)
-        if elapsed > self.limits.soft:
-            self.metrics.soft_overruns += 1
-        if elapsed > self.limits.hard:
-            self.metrics.hard_wakeups += 1
-            self.reader.wakeup()
-        if context.records:
-            self.emit(context.records)
+    def _poll_turns(self) -> None:
+        """Poll turns back to back while the reader has more and nothing else is queued: a
+        control (or the terminal signal) still waits for one turn at most, as it is checked
+        between turns. Their records are handed over together, once the last turn ends."""
+        clock, poll, limits, has_work = (
+            self.clock,
+            self.reader.poll,
+            self.limits,
+            self.mailbox.has_work,
+        )
+        soft, hard = limits.soft, limits.hard
+        context = PollContext(limits, clock, clock(), self.mailbox)
+        turns = 0
+        while True:
+            context.turns_left = TURNS_PER_STEP - turns - 1
+            status = poll(context)
+            now = clock()
+            turns += 1 + context.ended  # the turns it went on with, and the one it ended in
+            context.ended = 0
+            if now - context.started > soft:
+                self.metrics.soft_overruns += 1
+                if now - context.started > hard:
+                    self.metrics.hard_wakeups += 1
+                    self.reader.wakeup()
+            if status is not PollStatus.MORE_AVAILABLE or turns >= TURNS_PER_STEP or has_work():
+                break
+            # The next turn, inline (what PollContext.begin does): this is the hot path.
+            context.started, context.deadline, context.first, context.bytes = (
+                now,
+                now + soft,
+                context.length,
+                0,
+            )
+        self.metrics.poll_turns += turns
+        if context.length:
+            self.metrics.records += context.length
+            self.emit(context.settle())
         if status == PollStatus.NOTHING_AVAILABLE:
             self.available = False  # until AVAILABLE, an assignment or its retry time
             self.retry_at = getattr(self.reader, "retry_at", None)
         elif status == PollStatus.END_OF_INPUT:
             self.available = False
             self.close_latched = True
-        return status == PollStatus.MORE_AVAILABLE

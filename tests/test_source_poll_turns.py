@@ -1,0 +1,199 @@
+"""A reader that goes straight on from one poll turn to the next inside one ``poll`` call
+(``PollContext.next_turn``, ``emit_turns``) keeps every turn's budgets and the loop's checks
+between turns: a queued control, the step's turn limit and the soft duration each end the call,
+and its records reach the loop once, in order, whether copied or handed over whole."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+from engine.sourceruntime import CommandKind, MailboxLimits, WorkerBudget
+from engine.sourceruntime.choices import PollStatus
+from engine.sourceruntime.envelope import SourceCommandEnvelope
+from engine.sourceruntime.limits import PollLimits
+from engine.sourceruntime.reader import TURNS_PER_STEP, PollContext, ReaderEventLoop
+from tests.source_conformance import ArrivingMailbox
+
+_ids = itertools.count()
+
+
+class Clock:
+    """Deterministic time, each reading ``step`` on from the last, readings counted."""
+
+    def __init__(self, step: float = 0.0) -> None:
+        self.now, self.step, self.calls = 0.0, step, 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        self.now += self.step
+        return self.now
+
+
+class RunReader:
+    """One split of ``size`` records held in one list, emitted as runs of turns (``per_call``:
+    ``emit_turns``; else turn by turn with ``next_turn``); the offset is its state."""
+
+    def __init__(self, size: int, emit_turns: bool = True) -> None:
+        self.rows = [("r", n) for n in range(size)]
+        self.offset, self.emit_turns, self.assigned = 0, emit_turns, False
+
+    def add_splits(self, splits):
+        self.assigned = True
+
+    def notify_no_more_splits(self):
+        pass
+
+    def poll(self, context: PollContext) -> PollStatus:
+        if not self.assigned:
+            return PollStatus.NOTHING_AVAILABLE
+        if self.emit_turns:
+            self.offset += context.emit_turns(self.rows, self.offset, len(self.rows), 8)
+        else:
+            while self.offset < len(self.rows):
+                stop = min(self.offset + context.remaining_records, len(self.rows))
+                context.emit_slice(self.rows, self.offset, stop, 8)
+                self.offset = stop
+                if self.offset == len(self.rows) or not context.next_turn():
+                    break
+        if self.offset < len(self.rows):
+            return PollStatus.MORE_AVAILABLE
+        return PollStatus.END_OF_INPUT
+
+    def snapshot(self):
+        return self.offset
+
+    def wakeup(self):
+        pass
+
+
+def admit(box, kind, payload=None):
+    n = next(_ids)
+    box.sent = getattr(box, "sent", -1) + 1
+    return box.admit(
+        SourceCommandEnvelope.build(
+            job_id=1,
+            source_runtime_id="1/1",
+            epoch=1,
+            sender_attempt=1,
+            target_attempt=1,
+            sequence=box.sent,
+            command_id=f"c{n}",
+            kind=kind,
+            payload=json.dumps(payload).encode() if payload is not None else b"",
+        )
+    )
+
+
+def running(reader, clock, **limits):
+    box = ArrivingMailbox(1, "1/1", 1, MailboxLimits(), WorkerBudget(10**9), clock=clock)
+    out, batches, snaps = [], [], []
+
+    def emit(records):
+        batches.append(records)
+        out.extend(records)
+
+    loop = ReaderEventLoop(
+        box,
+        reader,
+        PollLimits(**limits),
+        emit,
+        lambda s: snaps.append((s.state, len(out))),
+        "digest",
+        clock=clock,
+    )
+    loop.start()
+    admit(box, CommandKind.ASSIGN_SPLITS, {"splits": ["r"]})
+    loop.step()
+    return loop, box, out, batches, snaps
+
+
+def test_a_step_of_runs_is_whole_turns_up_to_the_step_limit_then_the_rest_of_the_rows():
+    for emit_turns in (True, False):
+        reader = RunReader(64 * TURNS_PER_STEP + 10, emit_turns)
+        loop, _, out, batches, _ = running(reader, Clock())
+        loop.step()
+        assert loop.metrics.poll_turns == TURNS_PER_STEP and len(out) == 64 * TURNS_PER_STEP
+        assert batches[0] is reader.rows[: len(out)] or batches[0] == reader.rows[: len(out)]
+        loop.step()
+        assert out == reader.rows and loop.metrics.poll_turns == TURNS_PER_STEP + 1
+        assert loop.close_latched  # END_OF_INPUT after the last, partial turn
+
+
+def test_a_whole_list_emitted_turn_by_turn_is_handed_over_without_a_copy():
+    reader = RunReader(64 * TURNS_PER_STEP)
+    loop, _, _, batches, _ = running(reader, Clock())
+    loop.step()
+    assert batches == [reader.rows] and batches[0] is reader.rows
+
+
+def barriers(box, when) -> None:
+    """A checkpoint barrier admitted at each of the event loop's checks for queued work (the
+    points between two turns) that ``when(check)`` picks."""
+    checkpoints = itertools.count(1)
+
+    def on_check(checks: int) -> None:
+        if when(checks):
+            admit(box, CommandKind.CHECKPOINT, {"checkpoint": next(checkpoints)})
+
+    box.on_check = on_check
+
+
+def test_a_control_queued_during_a_run_ends_it_after_the_turn_in_progress():
+    for emit_turns in (True, False):
+        for arrives_at in (3, 4, 5, 17, 40):
+            reader = RunReader(10_000, emit_turns)
+            loop, box, out, _, snaps = running(reader, Clock(), max_records=10)
+            at = box.checks + arrives_at
+            barriers(box, lambda checks, at=at: checks == at)
+            loop.step()
+            turns = loop.metrics.poll_turns
+            assert 0 < turns < TURNS_PER_STEP and len(out) == 10 * turns
+            loop.step()  # the barrier, before any further turn
+            assert snaps == [(len(out), len(out))], (emit_turns, arrives_at)
+
+
+def test_every_snapshot_holds_exactly_the_records_emitted_before_it():
+    for every in (2, 3, 7, 31):
+        reader = RunReader(5_000)
+        loop, box, out, _, snaps = running(reader, Clock(), max_records=16)
+        barriers(box, lambda checks, every=every: checks % every == 0)
+        while loop.step():
+            pass
+        assert out == reader.rows and len(snaps) >= 5
+        assert all(state == emitted for state, emitted in snaps)
+
+
+def test_a_turn_past_its_soft_duration_ends_the_call_and_its_overrun_is_counted_once():
+    for emit_turns in (True, False):
+        reader = RunReader(10_000, emit_turns)
+        clock = Clock(step=0.006)  # each reading 6 ms on: every turn outlasts a 5 ms budget
+        loop, _, out, _, _ = running(reader, clock, max_records=10, soft=0.005)
+        calls = clock.calls
+        loop.step()
+        # Never two turns in one call: the loop starts each. The clock is read once to start,
+        # once after each turn, and in each next_turn but the last (no turns left by then).
+        assert loop.metrics.poll_turns == TURNS_PER_STEP
+        assert clock.calls - calls == 1 + TURNS_PER_STEP + TURNS_PER_STEP - 1
+        assert loop.metrics.soft_overruns == TURNS_PER_STEP and len(out) == 10 * TURNS_PER_STEP
+
+
+def test_a_context_outside_the_event_loop_never_goes_on_to_another_turn():
+    rows = [("r", n) for n in range(100)]
+    context = PollContext(PollLimits(max_records=10), lambda: 0.0, 0.0)
+    assert context.emit_turns(rows, 0, 100, 8) == 10 and not context.next_turn()
+    assert context.records == rows[:10] and context.bytes == 80
+
+
+def test_a_byte_budget_smaller_than_the_record_budget_bounds_every_turn():
+    reader = RunReader(1_000)
+    loop, _, out, _, _ = running(reader, Clock(), max_records=64, max_bytes=80)
+    loop.step()
+    assert len(out) == 10 * loop.metrics.poll_turns  # 8 bytes a record: 10 to a turn
+
+
+def test_a_record_larger_than_the_byte_budget_still_goes_alone_in_its_turn():
+    reader = RunReader(100)
+    loop, _, out, _, _ = running(reader, Clock(), max_records=64, max_bytes=4)
+    loop.step()
+    assert len(out) == loop.metrics.poll_turns == TURNS_PER_STEP  # one record a turn
