@@ -102,6 +102,31 @@ def test_state_and_emitted_records_advance_together(managed):
     assert len(seen) == len(set(seen)) == managed.rows_per_split * len(managed.splits)
 
 
+_command_ids = itertools.count()
+
+
+def envelope_for(box: ReaderMailbox, kind: CommandKind, payload=None, attempt: int = 1):
+    """A command to ``box`` from sender attempt 1, its sequences 0, 1, 2, ... per mailbox."""
+    n = next(_command_ids)
+    box.sent = getattr(box, "sent", -1) + 1
+    return SourceCommandEnvelope.build(
+        job_id=box.job_id,
+        source_runtime_id=box.runtime_id,
+        epoch=1,
+        sender_attempt=1,
+        target_attempt=attempt,
+        sequence=box.sent,
+        command_id=f"c{n}",
+        kind=kind,
+        payload=json.dumps(payload).encode() if payload is not None else b"",
+    )
+
+
+def admit(box: ReaderMailbox, kind: CommandKind, payload=None, attempt: int = 1):
+    """``box``'s answer to a command built by ``envelope_for``."""
+    return box.admit(envelope_for(box, kind, payload, attempt))
+
+
 class ArrivingMailbox(ReaderMailbox):
     """A reader mailbox that calls ``on_check(n)`` at the n-th check the event loop makes for
     queued work (``has_work``, or the turns' inline read of ``commands``): exactly the points
@@ -130,27 +155,11 @@ def under_the_loop(
     """The reader under the real event loop, given ``splits`` then no more, a barrier arriving
     at every n-th check for queued work: the rows in the order emitted and, for each snapshot,
     (its state as checkpointed, how many rows had been emitted by then)."""
-    sequence, checkpoints = itertools.count(), itertools.count(1)
-
-    def command(kind, payload=None):
-        n = next(sequence)
-        body = json.dumps(payload).encode() if payload is not None else b""
-        envelope = SourceCommandEnvelope.build(
-            job_id=1,
-            source_runtime_id="1/1",
-            epoch=1,
-            sender_attempt=1,
-            target_attempt=1,
-            sequence=n,
-            command_id=f"c{n}",
-            kind=kind,
-            payload=body,
-        )
-        return box.admit(envelope)
+    checkpoints = itertools.count(1)
 
     def arrive(checks: int) -> None:
         if checks % every == 0:
-            command(CommandKind.CHECKPOINT, {"checkpoint": next(checkpoints)})
+            admit(box, CommandKind.CHECKPOINT, {"checkpoint": next(checkpoints)})
 
     box = ArrivingMailbox(1, "1/1", 1, MailboxLimits(), WorkerBudget(10**9), on_check=arrive)
     out, snaps = [], []
@@ -164,8 +173,8 @@ def under_the_loop(
     )
     loop.start()
     if splits:
-        command(CommandKind.ASSIGN_SPLITS, {"splits": splits})
-    command(CommandKind.NO_MORE_SPLITS)
+        admit(box, CommandKind.ASSIGN_SPLITS, {"splits": splits})
+    admit(box, CommandKind.NO_MORE_SPLITS)
     for _ in range(100_000):
         if loop.life.state == Life.CLOSED or not loop.step():
             break

@@ -6,16 +6,12 @@ and its records reach the loop once, in order, whether copied or handed over who
 from __future__ import annotations
 
 import itertools
-import json
 
 from engine.sourceruntime import CommandKind, MailboxLimits, WorkerBudget
 from engine.sourceruntime.choices import PollStatus
-from engine.sourceruntime.envelope import SourceCommandEnvelope
 from engine.sourceruntime.limits import PollLimits
 from engine.sourceruntime.reader import TURNS_PER_STEP, PollContext, ReaderEventLoop
-from tests.source_conformance import ArrivingMailbox
-
-_ids = itertools.count()
+from tests.source_conformance import ArrivingMailbox, admit
 
 
 class Clock:
@@ -65,24 +61,6 @@ class RunReader:
 
     def wakeup(self):
         pass
-
-
-def admit(box, kind, payload=None):
-    n = next(_ids)
-    box.sent = getattr(box, "sent", -1) + 1
-    return box.admit(
-        SourceCommandEnvelope.build(
-            job_id=1,
-            source_runtime_id="1/1",
-            epoch=1,
-            sender_attempt=1,
-            target_attempt=1,
-            sequence=box.sent,
-            command_id=f"c{n}",
-            kind=kind,
-            payload=json.dumps(payload).encode() if payload is not None else b"",
-        )
-    )
 
 
 def running(reader, clock, **limits):

@@ -4,14 +4,10 @@ attempts, checkpoint callback order, and each lifecycle and schema-change transi
 
 from __future__ import annotations
 
-import itertools
-import json
-
 import pytest
 
 from engine.sourceruntime import CommandKind, MailboxLimits, ReaderMailbox, WorkerBudget
 from engine.sourceruntime.choices import AdmissionStatus, PollStatus
-from engine.sourceruntime.envelope import SourceCommandEnvelope
 from engine.sourceruntime.lifecycle import (
     IllegalTransition,
     Life,
@@ -22,6 +18,7 @@ from engine.sourceruntime.lifecycle import (
 )
 from engine.sourceruntime.limits import PollLimits
 from engine.sourceruntime.reader import TURNS_PER_STEP, ReaderEventLoop
+from tests.source_conformance import envelope_for
 
 
 class CountingReader:
@@ -70,24 +67,8 @@ class Clock:
         self.now += seconds
 
 
-_ids = itertools.count()
-
-
 def send(box, kind, payload=None, attempt=2):
-    n = next(_ids)
-    box.sent = getattr(box, "sent", -1) + 1  # this sender's sequence: 0, 1, 2, ...
-    body = json.dumps(payload).encode() if payload is not None else b""
-    env = SourceCommandEnvelope.build(
-        job_id=1,
-        source_runtime_id="1/1",
-        epoch=1,
-        sender_attempt=1,
-        target_attempt=attempt,
-        sequence=box.sent,
-        command_id=f"c{n}",
-        kind=kind,
-        payload=body,
-    )
+    env = envelope_for(box, kind, payload, attempt)
     return box.admit(env), env
 
 
