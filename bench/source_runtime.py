@@ -44,31 +44,39 @@ from engine.sourceruntime.limits import MailboxLimits, PollLimits  # noqa: E402
 from engine.sourceruntime.mailbox import ReaderMailbox, WorkerBudget  # noqa: E402
 from engine.sourceruntime.reader import ReaderEventLoop  # noqa: E402
 
-ROWS = 400_000
+ROWS = 1_200_000
 ROUNDS = 11
 #: A checkpoint barrier every this many steps, in the runs that measure checkpoints.
 CHECKPOINT_EVERY = 4
-
-
-PLAN = plan_job(f"source {{ FakeSource {{ row.num = {ROWS} }} }}\nsink {{ Blackhole {{}} }}")
-
-
-def fake() -> FakeSource:
-    node = PLAN.pipelines[0].source
-    return FakeSource(node.config, node.path)
-
-
+#: The steady-state cases: (label, splits, a checkpoint barrier every this many steps or None).
+CASES = (
+    ("one split", 1, None),
+    ("one split, a barrier every 50 steps", 1, 50),
+    ("four splits", 4, None),
+)
 CONTEXT = {"jobId": 1, "pipelineId": 0, "readerIndex": 0, "attempt": 1, "memberUuid": "-"}
 
 
+def plan(splits: int = 1):
+    """FakeSource's ROWS rows over ``splits`` splits, into Blackhole."""
+    options = f"row.num = {ROWS // splits}, split.num = {splits}"
+    return plan_job(f"source {{ FakeSource {{ {options} }} }}\nsink {{ Blackhole {{}} }}")
+
+
+def fake(splits: int = 1) -> FakeSource:
+    node = plan(splits).pipelines[0].source
+    return FakeSource(node.config, node.path)
+
+
 def lane_b(source: FakeSource) -> float:
-    """Today's reader data plane itself (``run_reader``), as a Lane B task group runs it."""
-    split = source.create_splits("BATCH")[0]
-    assignment = {"splitId": split["splitId"], "split": split, "offset": 0}
+    """Today's reader data plane itself (``run_reader``), as a Lane B task group runs it: its
+    splits one after another."""
+    splits = source.create_splits("BATCH")
+    assignments = [{"splitId": s["splitId"], "split": s, "offset": 0} for s in splits]
     started = time.perf_counter()
     counters = run_reader(
-        PLAN.pipelines[0].to_json(),
-        [assignment],
+        plan(len(splits)).pipelines[0].to_json(),
+        assignments,
         "BATCH",
         {**CONTEXT, "checkpointing": False},
         threading.Event(),
@@ -97,9 +105,12 @@ def envelope(attempt: int, kind: CommandKind, payload: dict | None = None):
     )
 
 
-def lane_a(source: FakeSource, checkpoints: list[float] | None = None) -> float:
+def lane_a(
+    source: FakeSource, checkpoints: list[float] | None = None, every: int | None = None
+) -> float:
     """The reader event loop, driven as a Lane A reader task group drives it: a step, then
-    that step's rows through the same chain, the metrics clock looked at."""
+    that step's rows through the same chain, the metrics clock looked at; a checkpoint barrier
+    every ``every`` steps (the time from each to its snapshot in ``checkpoints``)."""
     mailbox = ReaderMailbox(1, "1/1", 1, MailboxLimits.from_settings(), WorkerBudget(10**9))
     reader = ManagedFakeReader(source)
     barriers: dict[int, float] = {}
@@ -117,8 +128,9 @@ def lane_a(source: FakeSource, checkpoints: list[float] | None = None) -> float:
     mailbox.admit(envelope(1, CommandKind.NO_MORE_SPLITS))
     wake, counters, steps, checkpoint = threading.Event(), Counters(), 0, 0
     started = time.perf_counter()
-    _, chain = compile_chain(PLAN.pipelines[0].to_json(), {**CONTEXT, "checkpointing": False})
-    key, last_report = PLAN.pipelines[0].source.key, time.monotonic()
+    pipeline = plan(source.config["split.num"]).pipelines[0]
+    _, chain = compile_chain(pipeline.to_json(), {**CONTEXT, "checkpointing": False})
+    key, last_report = pipeline.source.key, time.monotonic()
     while loop.life.state != Life.CLOSED:
         wake.clear()
         loop.step()
@@ -130,7 +142,7 @@ def lane_a(source: FakeSource, checkpoints: list[float] | None = None) -> float:
             last_report = now
             counters.roll()
         steps += 1
-        if checkpoints is not None and steps % CHECKPOINT_EVERY == 0:
+        if every is not None and steps % every == 0:
             checkpoint += 1
             barriers[checkpoint] = time.perf_counter()
             mailbox.admit(envelope(1, CommandKind.CHECKPOINT, {"checkpoint": checkpoint}))
@@ -166,30 +178,41 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
 
 
-def main() -> None:
-    tune_for_rows()  # both lanes under the worker process's GC settings, as in a task group
-    source = fake()
-    lane_a(source), lane_b(source)  # warm
+def steady(splits: int, every: int | None) -> tuple[float, float, list[float]]:
+    """Both lanes over the same rows, ROUNDS rounds of a pair each (the pair's order swapped
+    every other round): the median rows/s of each lane and the rounds' ratios, sorted."""
+    source = fake(splits)
+    lane_a(source, every=every), lane_b(source)  # warm
     a_runs, b_runs = [], []
-    for round_ in range(ROUNDS):  # each round a pair, its order swapped every other round
+    for round_ in range(ROUNDS):
         if round_ % 2:
             b_runs.append(lane_b(source))
-            a_runs.append(lane_a(source))
+            a_runs.append(lane_a(source, every=every))
         else:
-            a_runs.append(lane_a(source))
+            a_runs.append(lane_a(source, every=every))
             b_runs.append(lane_b(source))
-    a, b = statistics.median(a_runs), statistics.median(b_runs)
-    ratios = sorted(x / y for x, y in zip(a_runs, b_runs, strict=True))
-    print(f"steady state, {ROWS:,} FakeSource rows, {ROUNDS} rounds of both lanes side by side:")
-    print(f"  Lane B (its data plane, batches of {BATCH_SIZE:,}) {b:>12,.0f} rows/s")
-    print(f"  Lane A (event loop, poll turns)          {a:>12,.0f} rows/s")
+    ratios = sorted(a / b for a, b in zip(a_runs, b_runs, strict=True))
+    return statistics.median(a_runs), statistics.median(b_runs), ratios
+
+
+def main() -> None:
+    tune_for_rows()  # both lanes under the worker process's GC settings, as in a task group
     print(
-        f"  ratio Lane A / Lane B, median of the rounds' ratios: {statistics.median(ratios):.3f} "
-        f"(goal >= 0.97; rounds {ratios[0]:.3f} .. {ratios[-1]:.3f})"
+        f"steady state, {ROWS:,} FakeSource rows into Blackhole, {ROUNDS} rounds of both lanes "
+        f"side by side (Lane B: its data plane, batches of {BATCH_SIZE:,}; Lane A: the event "
+        "loop's poll turns); the ratio Lane A / Lane B is the median of the rounds' ratios "
+        "(goal >= 0.97):"
     )
+    for label, splits, every in CASES:
+        a, b, ratios = steady(splits, every)
+        print(
+            f"  {label + ':':<38} Lane A {a:>10,.0f} rows/s, Lane B {b:>10,.0f} rows/s, ratio "
+            f"{statistics.median(ratios):.3f} (rounds {ratios[0]:.3f} .. {ratios[-1]:.3f})"
+        )
+    source = fake()
     checkpoints: list[float] = []
     for _ in range(5):
-        lane_a(source, checkpoints)
+        lane_a(source, checkpoints, every=CHECKPOINT_EVERY)
     snapshot_b = []
     reader = ManagedFakeReader(source)
     for _ in range(200):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import groupby
+
 import pytest
 
 from engine.connectors.fake import FakeSource
@@ -110,3 +112,96 @@ def test_under_the_loop_the_managed_rows_are_lane_bs_across_its_read_ahead_block
             assert Counter(out[:emitted] + rest) == Counter(out)
             if split_num == 1:
                 assert rest == lane_b["fake-0"][emitted:]
+
+
+class CountingBuilds(ManagedFakeReader):
+    """FakeSource's managed reader, counting the rows it builds."""
+
+    def __init__(self, source: FakeSource, **kw) -> None:
+        super().__init__(source, **kw)
+        self.built, build = 0, self.build
+
+        def counted(ids):
+            rows = build(ids)
+            self.built += len(rows)
+            return rows
+
+        self.build = counted
+
+
+def test_many_splits_take_turns_a_block_each_and_every_row_is_built_once():
+    """The splits take turns in id order, a block of READ_AHEAD rows (or what the split has
+    left) each, and one block is held at a time: rows built == rows emitted."""
+    from engine.connectors.fake_managed import READ_AHEAD
+
+    for split_num in (3, 17):
+        per_split = READ_AHEAD + 904
+        source = source_of(f"row.num = {per_split}, split.num = {split_num}")
+        splits = source.create_splits("BATCH")
+        owner = {
+            row: split["splitId"]
+            for split in splits
+            for rows, _ in source.read(split, 0, "BATCH", 4096)
+            for row in rows
+        }
+        reader = CountingBuilds(source)
+        out, _ = under_the_loop(reader, splits, every=10**9)
+        assert len(out) == per_split * split_num and reader.built == len(out)
+        runs = [(split, len(list(rows))) for split, rows in groupby(owner[row] for row in out)]
+        ring = sorted(set(owner.values()))  # the splits by id
+        assert runs == [(s, READ_AHEAD) for s in ring] + [(s, 904) for s in ring]
+
+
+def test_a_paced_reader_builds_only_the_rows_that_are_due():
+    now = [0.0]
+    source = source_of("row.num = 10000, split.num = 20, rows.per-second = 50")
+    reader = CountingBuilds(source, clock=lambda: now[0])
+    reader.add_splits(source.create_splits("BATCH"))
+    from engine.sourceruntime.limits import PollLimits
+    from engine.sourceruntime.reader import PollContext
+
+    emitted = 0
+    for _ in range(200):
+        now[0] += 0.05
+        context = PollContext(PollLimits(), lambda: now[0], now[0])
+        reader.poll(context)
+        emitted += len(context.settle())
+    assert emitted and reader.built == emitted
+
+
+def test_after_a_barrier_the_steps_realign_with_the_blocks_and_hand_them_over_whole():
+    """A barrier between two turns ends a step inside a block; the next step ends with that
+    block (end_step), and every later step is one whole block, handed over uncopied."""
+    from engine.connectors.fake_managed import READ_AHEAD
+    from engine.sourceruntime.choices import CommandKind
+    from engine.sourceruntime.lifecycle import Life
+    from engine.sourceruntime.limits import MailboxLimits, PollLimits
+    from engine.sourceruntime.mailbox import WorkerBudget
+    from engine.sourceruntime.reader import ReaderEventLoop
+    from tests.source_conformance import ArrivingMailbox, admit
+
+    source = source_of(f"row.num = {5 * READ_AHEAD}, split.num = 1")
+    box = ArrivingMailbox(1, "1/1", 1, MailboxLimits(), WorkerBudget(10**9))
+    batches, snaps = [], []
+    loop = ReaderEventLoop(
+        box, ManagedFakeReader(source), PollLimits(), batches.append, snaps.append, "d"
+    )
+    loop.start()
+    admit(box, CommandKind.ASSIGN_SPLITS, {"splits": source.create_splits("BATCH")})
+    admit(box, CommandKind.NO_MORE_SPLITS)
+    at = box.checks + 10  # the tenth check of the first step with rows: after ten turns
+
+    def barrier(checks):
+        if checks == at:
+            admit(box, CommandKind.CHECKPOINT, {"checkpoint": 1})
+
+    box.on_check = barrier
+    while loop.life.state != Life.CLOSED and loop.step():
+        pass
+    assert [len(b) for b in batches] == [640, READ_AHEAD - 640] + [READ_AHEAD] * 4
+    assert len(snaps) == 1 and snaps[0].state["offsets"]["fake-0"] == 640
+    assert [r for b in batches for r in b] == [
+        r
+        for rows, _ in source.read(source.create_splits("BATCH")[0], 0, "BATCH", 4096)
+        for r in rows
+    ]

@@ -9,6 +9,7 @@ import itertools
 
 from engine.sourceruntime import CommandKind, MailboxLimits, WorkerBudget
 from engine.sourceruntime.choices import PollStatus
+from engine.sourceruntime.lifecycle import Life
 from engine.sourceruntime.limits import PollLimits
 from engine.sourceruntime.reader import TURNS_PER_STEP, PollContext, ReaderEventLoop
 from tests.source_conformance import ArrivingMailbox, admit
@@ -125,10 +126,28 @@ def test_a_control_queued_during_a_run_ends_it_after_the_turn_in_progress():
             at = box.checks + arrives_at
             barriers(box, lambda checks, at=at: checks == at)
             loop.step()
-            turns = loop.metrics.poll_turns
-            assert 0 < turns < TURNS_PER_STEP and len(out) == 10 * turns
+            # The check at which it arrived ends the run: the turns before it, none after.
+            assert loop.metrics.poll_turns == arrives_at and len(out) == 10 * arrives_at
             loop.step()  # the barrier, before any further turn
             assert snaps == [(len(out), len(out))], (emit_turns, arrives_at)
+
+
+def test_a_cancel_signalled_during_a_run_ends_it_after_the_turn_in_progress():
+    for emit_turns in (True, False):
+        for arrives_at in (1, 2, 9, 40):
+            reader = RunReader(10_000, emit_turns)
+            loop, box, out, _, _ = running(reader, Clock(), max_records=10)
+            at = box.checks + arrives_at
+
+            def cancel(checks, at=at, box=box):
+                if checks == at:
+                    box.signal_terminal(CommandKind.CANCEL, "COMMAND")
+
+            box.on_check = cancel
+            loop.step()
+            assert loop.metrics.poll_turns == arrives_at and len(out) == 10 * arrives_at
+            loop.step()  # the terminal signal first: no further turn
+            assert loop.life.state == Life.CLOSED and len(out) == 10 * arrives_at
 
 
 def test_every_snapshot_holds_exactly_the_records_emitted_before_it():
@@ -175,3 +194,51 @@ def test_a_record_larger_than_the_byte_budget_still_goes_alone_in_its_turn():
     loop, _, out, _, _ = running(reader, Clock(), max_records=64, max_bytes=4)
     loop.step()
     assert len(out) == loop.metrics.poll_turns == TURNS_PER_STEP  # one record a turn
+
+
+class BlocksReader:
+    """One split held as blocks of ``block`` records (not a multiple of a turn's), each
+    emitted by ``emit_turns`` in the same ``poll`` call as the block before it: a turn that
+    the end of a block leaves open goes on into the next block with what its budget has left."""
+
+    def __init__(self, blocks: int, block: int) -> None:
+        self.blocks = [[("b", b, n) for n in range(block)] for b in range(blocks)]
+        self.block, self.offset, self.assigned = block, 0, False
+
+    add_splits = RunReader.add_splits
+    notify_no_more_splits = RunReader.notify_no_more_splits
+    snapshot = RunReader.snapshot
+    wakeup = RunReader.wakeup
+
+    def poll(self, context: PollContext) -> PollStatus:
+        if not self.assigned:
+            return PollStatus.NOTHING_AVAILABLE
+        while self.offset < self.block * len(self.blocks):
+            rows = self.blocks[self.offset // self.block]
+            start = self.offset % self.block
+            emitted = context.emit_turns(rows, start, self.block, 8)
+            self.offset += emitted
+            if start + emitted < self.block or not context.remaining_records:
+                return PollStatus.MORE_AVAILABLE  # the run ended, or its last turn is full
+        return PollStatus.END_OF_INPUT
+
+
+def test_a_turn_left_open_by_the_end_of_a_list_goes_on_with_what_its_budget_has_left():
+    reader = BlocksReader(blocks=40, block=25)
+    loop, _, out, _, _ = running(reader, Clock(), max_records=10)
+    loop.step()
+    # Every turn full, none over: a turn that spans two blocks takes 5 from each.
+    assert loop.metrics.poll_turns == TURNS_PER_STEP and len(out) == 10 * TURNS_PER_STEP
+    assert out == [r for rows in reader.blocks for r in rows][: len(out)]
+
+
+def test_the_context_never_changes_a_list_the_reader_lent_it():
+    rows = [("r", n) for n in range(5)]
+    context = PollContext(PollLimits(), lambda: 0.0, 0.0)
+    context.emit_slice(rows, 0, 5)
+    assert context.settle() is rows  # handed over whole, uncopied
+    context.emit(("x", 0))
+    context.emit_many([("y", 0)])
+    context.emit_slice(rows, 0, 2)
+    assert rows == [("r", n) for n in range(5)]
+    assert context.settle() == [*rows, ("x", 0), ("y", 0), *rows[:2]]

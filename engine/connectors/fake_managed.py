@@ -18,12 +18,11 @@ from engine.states import JobMode
 CAPABILITY = FakeSource.managed_capability
 #: What one row of FakeSource costs in a poll turn's byte budget (an estimate: rows are tuples).
 ROW_BYTES = 64
-#: Rows built at once for a split and handed out over the next poll turns: a turn's rows
-#: then cost nothing to build, building is as batched as Lane B's reads (the data plane's
-#: batch size), and a step's turns (64 of 64 rows) hand a whole block over uncopied.
+#: Rows of a split built at once and handed out over the next poll turns (a block): a turn's
+#: rows then cost nothing to build, building is as batched as Lane B's reads (the data plane's
+#: batch size), and a step's turns (64 of 64 rows) hand a whole block over uncopied. A reader
+#: holds one block at a time, as a Lane B reader holds one batch.
 READ_AHEAD = 4096
-#: Splits whose built rows are kept at once (the oldest block is dropped first).
-READ_AHEAD_SPLITS = 16
 _NOTHING_AHEAD: tuple[int, list, int] = (0, [], 0)
 
 
@@ -45,8 +44,8 @@ class ManagedFakeReader(SplitOffsets):
         if self.listed is not None:
             self.limit = len(self.listed)  # the same rows from every split, then it ends
         self._order: list[str] | None = None  # the splits in id order, kept between turns
-        #: Rows built ahead, per split: (first offset, rows, end offset). Derived, never
-        #: checkpointed.
+        #: The block built ahead, by split (one at most): (first offset, rows, end offset).
+        #: Derived, never checkpointed.
         self._ahead: dict[str, tuple[int, list[tuple], int]] = {}
 
     def add_splits(self, splits: list[dict]) -> None:
@@ -81,59 +80,51 @@ class ManagedFakeReader(SplitOffsets):
         self.retry_at = at if self.retry_at is None else min(self.retry_at, at)
 
     def poll(self, context: PollContext) -> PollStatus:
-        """Rows from the splits in turn (each turn starts with the split after the one the
-        last turn ended in, so no split starves), each split's offset advanced with them.
+        """Rows from the splits in turn, each split's offset advanced with them.
 
-        In the steady state each turn's whole record budget lies in rows already built for
-        the split it starts with, and the reader goes straight on with the next turn while the
-        loop allows it (the same rows and offsets as the general path, ``_poll``)."""
+        In the steady state (no pacing, a turn's records within its byte budget) the splits
+        take turns a block at a time: the current split's next READ_AHEAD rows are built at
+        once, as Lane B reads a batch, go out as a run of whole turns, and end the step when
+        they are all out, so a step hands over one whole block, uncopied; then the next split.
+        Otherwise (``_poll``) each turn starts with the split after the one the last turn
+        ended in, its rows built as they come due."""
         if self._order is None:
             self._order = sorted(self.offsets)
         order, limits = self._order, context.limits
         if order and not self.paced and limits.max_records * ROW_BYTES <= limits.max_bytes:
-            status = (
-                self._poll_one(context, order[0])
-                if len(order) == 1
-                else self._poll_each(context, order)
-            )
+            status = self._run_block(context, order)
             if status is not None:
                 return status
         return self._poll(context, order)
 
-    def _poll_one(self, context: PollContext, split_id: str) -> PollStatus | None:
-        """One split: its rows (built ahead now if need be) go out as a run of whole turns;
-        None when the turn is to go on in the general path (the split's end, or listed rows)."""
-        offset = self.offsets[split_id]
+    def _run_block(self, context: PollContext, order: list[str]) -> PollStatus | None:
+        """The current split's block (built now if need be) as a run of whole turns, splits
+        that have ended passed over; None when every split has ended (or the rows are
+        listed): the general path then says so."""
+        if self.listed is not None:
+            return None
+        n, limit = len(order), self.limit
+        for _ in range(n):
+            split_id = order[self.cursor % n]
+            offset = self.offsets[split_id]
+            if limit is None or offset < limit:
+                break
+            self.cursor = (self.cursor + 1) % n
+        else:
+            return None
         first, rows, end = self._ahead.get(split_id, _NOTHING_AHEAD)
         if not first <= offset < end:
-            if self.listed is not None or (self.limit is not None and offset >= self.limit):
-                return None
-            first, rows, end = self._built(split_id, offset, offset + 1)
+            end = offset + READ_AHEAD if limit is None else min(offset + READ_AHEAD, limit)
+            ids = self.source.row_ids(self.splits[split_id], self.mode, offset, end)
+            first, rows = offset, self.build(ids)
+            self._ahead = {split_id: (first, rows, end)}  # one block at a time, as in Lane B
         offset += context.emit_turns(rows, offset - first, end - first, ROW_BYTES)
         self.offsets[split_id] = offset  # advanced with the rows, before the call returns
-        if offset < end or not context.remaining_records:
-            return PollStatus.MORE_AVAILABLE
-        return None
-
-    def _poll_each(self, context: PollContext, order: list[str]) -> PollStatus | None:
-        """Several splits: a turn each, in turn; None when a turn (still empty) is to take the
-        general path."""
-        want, offsets, n = context.limits.max_records, self.offsets, len(order)
-        cursor = self.cursor % n
-        while True:
-            split_id = order[cursor]
-            offset = offsets[split_id]
-            first, rows, end = self._ahead.get(split_id, _NOTHING_AHEAD)
-            stop = offset + want
-            if offset < first or stop > end:
-                self.cursor = cursor
-                return None
-            context.emit_slice(rows, offset - first, stop - first, ROW_BYTES)
-            offsets[split_id] = stop  # advanced with the rows, in the same turn
-            cursor = (cursor + 1) % n
-            if not context.next_turn():
-                self.cursor = cursor
-                return PollStatus.MORE_AVAILABLE
+        if offset == end:  # the block is out: the next split's, in a step of its own
+            self._ahead = {}
+            self.cursor = (self.cursor + 1) % n
+            context.end_step()
+        return PollStatus.MORE_AVAILABLE
 
     def _poll(self, context: PollContext, order: list[str]) -> PollStatus:
         """Any turn: pacing, split ends, budgets, and rows built as they are needed."""
@@ -172,24 +163,11 @@ class ManagedFakeReader(SplitOffsets):
         return PollStatus.NOTHING_AVAILABLE
 
     def _emit(self, context: PollContext, split_id: str, start: int, stop: int) -> None:
-        """The split's rows ``[start, stop)``, from the rows built ahead (built now if not)."""
+        """The split's rows ``[start, stop)``, built for this turn alone (a paced turn takes
+        only what is due; a block is never held here: the general path runs only once the
+        current split's block is out)."""
         if self.listed is not None:
             context.emit_many(self.listed[start:stop], ROW_BYTES)
             return
-        first, rows, end = self._ahead.get(split_id, _NOTHING_AHEAD)
-        if not first <= start or stop > end:
-            first, rows, end = self._built(split_id, start, stop)
-        context.emit_slice(rows, start - first, stop - first, ROW_BYTES)
-
-    def _built(self, split_id: str, start: int, stop: int) -> tuple[int, list[tuple], int]:
-        """The split's rows from ``start``, at least to ``stop`` (a block of READ_AHEAD rows
-        at least, within the split's limit), built now and kept ahead."""
-        end = start + max(READ_AHEAD, stop - start)
-        if self.limit is not None:
-            end = min(end, self.limit)
-        rows = self.build(self.source.row_ids(self.splits[split_id], self.mode, start, end))
-        self._ahead.pop(split_id, None)
-        self._ahead[split_id] = block = (start, rows, start + len(rows))
-        if len(self._ahead) > READ_AHEAD_SPLITS:
-            del self._ahead[next(iter(self._ahead))]
-        return block
+        ids = self.source.row_ids(self.splits[split_id], self.mode, start, stop)
+        context.emit_many(self.build(ids), ROW_BYTES)

@@ -33,11 +33,14 @@ class PollContext:
 
     The turns of one step share their output (``out``, complete after ``settle()``): a turn's
     budget counts from where it began, so handing a turn's records over costs nothing, and
-    slices of one list emitted end to end (``emit_slice``) are copied once, when settled.
+    slices of one list emitted end to end (``emit_slice``) are copied once, when settled; a
+    whole list so emitted is handed over as it is (``out`` is then the reader's list, copied
+    before anything is added to it: the context never changes a list the reader lent it).
     """
 
     __slots__ = (
         "_box",
+        "_lent",
         "_run",
         "_run_start",
         "_run_stop",
@@ -50,6 +53,7 @@ class PollContext:
         "limits",
         "out",
         "started",
+        "step_ended",
         "turns_left",
     )
 
@@ -69,6 +73,8 @@ class PollContext:
         self.length = 0  # records emitted this step, the pending slice included
         self._run: list | None = None  # a slice emitted but not copied yet: _run[start:stop]
         self._run_start = self._run_stop = 0
+        self._lent = False  # whether out is a list the reader emitted whole (never changed)
+        self.step_ended = False  # the reader reached a natural end of a batch (end_step)
         self.begin(started)
 
     def begin(self, started: float) -> None:
@@ -82,9 +88,15 @@ class PollContext:
         if run is not None:
             self._run = None
             if not self.out and self._run_start == 0 and self._run_stop == len(run):
-                self.out = run  # the whole list, emitted slice by slice: no copy at all
+                self.out, self._lent = run, True  # the whole list, slice by slice: no copy
             else:
-                self.out.extend(run[self._run_start : self._run_stop])
+                self._own().extend(run[self._run_start : self._run_stop])
+        return self.out
+
+    def _own(self) -> list:
+        """``out``, to add to: a list the reader lent is copied first."""
+        if self._lent:
+            self.out, self._lent = list(self.out), False
         return self.out
 
     @property
@@ -99,7 +111,7 @@ class PollContext:
     def emit(self, record: tuple, size: int = 0) -> None:
         if self._run is not None:
             self.settle()
-        self.out.append(record)
+        self._own().append(record)
         self.length += 1
         self.bytes += size
 
@@ -107,7 +119,7 @@ class PollContext:
         """A block of records at once (what a batch-minded reader produces)."""
         if self._run is not None:
             self.settle()
-        self.out.extend(records)
+        self._own().extend(records)
         self.length += len(records)
         self.bytes += size_each * len(records)
 
@@ -186,6 +198,12 @@ class PollContext:
         self.started, self.deadline = now, now + self.limits.soft
         self.first, self.bytes = self.length, 0
         return True
+
+    def end_step(self) -> None:
+        """The records so far end a batch of the reader's (a block it built is all out): the
+        loop hands them over now rather than going on into another turn in this step, so a
+        step's records are that batch, handed over uncopied, rather than parts of two."""
+        self.step_ended, self.turns_left = True, 0
 
     def should_yield(self) -> bool:
         return (
@@ -406,7 +424,12 @@ class ReaderEventLoop:
                 if now - context.started > hard:
                     self.metrics.hard_wakeups += 1
                     self.reader.wakeup()
-            if status is not PollStatus.MORE_AVAILABLE or turns >= TURNS_PER_STEP or has_work():
+            if (
+                status is not PollStatus.MORE_AVAILABLE
+                or turns >= TURNS_PER_STEP
+                or context.step_ended
+                or has_work()
+            ):
                 break
             # The next turn, inline (what PollContext.begin does): this is the hot path.
             context.started, context.deadline, context.first, context.bytes = (
