@@ -205,3 +205,41 @@ def test_after_a_barrier_the_steps_realign_with_the_blocks_and_hand_them_over_wh
         for rows, _ in source.read(source.create_splits("BATCH")[0], 0, "BATCH", 4096)
         for r in rows
     ]
+
+
+def test_a_split_assigned_mid_block_waits_until_the_current_block_is_out():
+    """Splits assigned while a block is being read (one whose id sorts before the current
+    split's) change nothing of it: the block goes on where it was, and no row is built twice."""
+    from collections import Counter
+
+    from engine.sourceruntime.limits import PollLimits
+    from engine.sourceruntime.reader import PollContext
+
+    source = source_of("row.num = 5000, split.num = 3")
+    splits = {s["splitId"]: s for s in source.create_splits("BATCH")}
+    owner = {
+        row: split_id
+        for split_id, split in splits.items()
+        for rows, _ in source.read(split, 0, "BATCH", 4096)
+        for row in rows
+    }
+    reader = CountingBuilds(source)
+    reader.add_splits([splits["fake-1"], splits["fake-2"]])
+    out = []
+
+    def turn():  # one turn a call: no event loop to go on with
+        context = PollContext(PollLimits(), lambda: 0.0, 0.0)
+        status = reader.poll(context)
+        out.extend(context.settle())
+        return status
+
+    for _ in range(64 + 10):  # fake-1's first block, then ten turns of fake-2's
+        turn()
+    assert [owner[r] for r in out[-640:]] == ["fake-2"] * 640
+    reader.add_splits([splits["fake-0"]])
+    reader.notify_no_more_splits()
+    turn()
+    assert owner[out[-1]] == "fake-2" and len(out) == 4096 + 704
+    while turn().value != "END_OF_INPUT":
+        pass
+    assert Counter(out) == Counter(owner.keys()) and reader.built == len(out) == 15000

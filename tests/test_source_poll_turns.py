@@ -234,11 +234,15 @@ def test_a_turn_left_open_by_the_end_of_a_list_goes_on_with_what_its_budget_has_
 
 def test_the_context_never_changes_a_list_the_reader_lent_it():
     rows = [("r", n) for n in range(5)]
-    context = PollContext(PollLimits(), lambda: 0.0, 0.0)
-    context.emit_slice(rows, 0, 5)
-    assert context.settle() is rows  # handed over whole, uncopied
-    context.emit(("x", 0))
-    context.emit_many([("y", 0)])
-    context.emit_slice(rows, 0, 2)
-    assert rows == [("r", n) for n in range(5)]
-    assert context.settle() == [*rows, ("x", 0), ("y", 0), *rows[:2]]
+    adds = {
+        "emit": lambda context: context.emit(("x", 0)),
+        "emit_many": lambda context: context.emit_many([("x", 0)]),
+        "emit_slice": lambda context: context.emit_slice([("x", 0)], 0, 1),
+    }
+    for name, add in adds.items():
+        context = PollContext(PollLimits(), lambda: 0.0, 0.0)
+        context.emit_slice(rows, 0, 5)
+        assert context.settle() is rows  # handed over whole, uncopied
+        add(context)
+        assert rows == [("r", n) for n in range(5)], name
+        assert context.settle() == [*rows, ("x", 0)]

@@ -23,7 +23,6 @@ ROW_BYTES = 64
 #: batch size), and a step's turns (64 of 64 rows) hand a whole block over uncopied. A reader
 #: holds one block at a time, as a Lane B reader holds one batch.
 READ_AHEAD = 4096
-_NOTHING_AHEAD: tuple[int, list, int] = (0, [], 0)
 
 
 class ManagedFakeReader(SplitOffsets):
@@ -44,9 +43,9 @@ class ManagedFakeReader(SplitOffsets):
         if self.listed is not None:
             self.limit = len(self.listed)  # the same rows from every split, then it ends
         self._order: list[str] | None = None  # the splits in id order, kept between turns
-        #: The block built ahead, by split (one at most): (first offset, rows, end offset).
-        #: Derived, never checkpointed.
-        self._ahead: dict[str, tuple[int, list[tuple], int]] = {}
+        #: The block built ahead (split id, first offset, rows, end offset), one at a time;
+        #: derived, never checkpointed. Its split is the current one until the block is out.
+        self._block: tuple[str, int, list[tuple], int] | None = None
 
     def add_splits(self, splits: list[dict]) -> None:
         super().add_splits(splits)
@@ -55,7 +54,7 @@ class ManagedFakeReader(SplitOffsets):
     def restore(self, state: dict) -> None:
         super().restore(state)
         self._order = None
-        self._ahead.clear()
+        self._block = None
         self._paced.clear()
         self._next_read.clear()
 
@@ -103,26 +102,29 @@ class ManagedFakeReader(SplitOffsets):
         listed): the general path then says so."""
         if self.listed is not None:
             return None
-        n, limit = len(order), self.limit
-        for _ in range(n):
-            split_id = order[self.cursor % n]
+        block = self._block
+        if block is not None and block[1] <= self.offsets[block[0]] < block[3]:
+            split_id, first, rows, end = block  # the current split's, until it is out
             offset = self.offsets[split_id]
-            if limit is None or offset < limit:
-                break
-            self.cursor = (self.cursor + 1) % n
         else:
-            return None
-        first, rows, end = self._ahead.get(split_id, _NOTHING_AHEAD)
-        if not first <= offset < end:
+            n, limit = len(order), self.limit
+            for _ in range(n):
+                split_id = order[self.cursor % n]
+                offset = self.offsets[split_id]
+                if limit is None or offset < limit:
+                    break
+                self.cursor = (self.cursor + 1) % n
+            else:
+                return None
             end = offset + READ_AHEAD if limit is None else min(offset + READ_AHEAD, limit)
             ids = self.source.row_ids(self.splits[split_id], self.mode, offset, end)
             first, rows = offset, self.build(ids)
-            self._ahead = {split_id: (first, rows, end)}  # one block at a time, as in Lane B
+            self._block = (split_id, first, rows, end)  # one at a time, as a Lane B batch
         offset += context.emit_turns(rows, offset - first, end - first, ROW_BYTES)
         self.offsets[split_id] = offset  # advanced with the rows, before the call returns
         if offset == end:  # the block is out: the next split's, in a step of its own
-            self._ahead = {}
-            self.cursor = (self.cursor + 1) % n
+            self._block = None
+            self.cursor = (order.index(split_id) + 1) % len(order)
             context.end_step()
         return PollStatus.MORE_AVAILABLE
 
@@ -163,9 +165,10 @@ class ManagedFakeReader(SplitOffsets):
         return PollStatus.NOTHING_AVAILABLE
 
     def _emit(self, context: PollContext, split_id: str, start: int, stop: int) -> None:
-        """The split's rows ``[start, stop)``, built for this turn alone (a paced turn takes
-        only what is due; a block is never held here: the general path runs only once the
-        current split's block is out)."""
+        """The split's rows ``[start, stop)``, built for this turn alone: the general path is
+        for paced sources (a turn takes only what is due), listed rows, byte budgets below a
+        turn's rows, and the end of the input. A block held meanwhile stays keyed by its
+        split's offset, so it is used only for rows not emitted yet."""
         if self.listed is not None:
             context.emit_many(self.listed[start:stop], ROW_BYTES)
             return

@@ -202,7 +202,8 @@ class PollContext:
     def end_step(self) -> None:
         """The records so far end a batch of the reader's (a block it built is all out): the
         loop hands them over now rather than going on into another turn in this step, so a
-        step's records are that batch, handed over uncopied, rather than parts of two."""
+        step's records are that batch, handed over uncopied, rather than parts of two. The
+        reader returns from ``poll`` right after (MORE_AVAILABLE if it has more)."""
         self.step_ended, self.turns_left = True, 0
 
     def should_yield(self) -> bool:
