@@ -32,6 +32,19 @@ def source_of(options: str) -> FakeSource:
     return FakeSource(node.config, node.path)
 
 
+def lane_b_rows(source: FakeSource) -> dict[str, list]:
+    """Each BATCH split's rows as Lane B reads them, by split id."""
+    return {
+        split["splitId"]: [r for rows, _ in source.read(split, 0, "BATCH", 4096) for r in rows]
+        for split in source.create_splits("BATCH")
+    }
+
+
+def owners(source: FakeSource) -> dict[tuple, str]:
+    """The split id of every row (FakeSource's rows are distinct)."""
+    return {row: split_id for split_id, rows in lane_b_rows(source).items() for row in rows}
+
+
 def test_a_paced_split_never_blocks_a_turn_and_says_when_it_has_more():
     """rows.per-second: a turn takes what is due and returns; with nothing due the reader says
     when (``retry_at``), and the event loop polls again then without any command."""
@@ -84,9 +97,9 @@ def test_the_rows_option_is_what_every_managed_split_emits():
 
 
 def test_under_the_loop_the_managed_rows_are_lane_bs_across_its_read_ahead_blocks():
-    """The steady-state path (turns out of rows built ahead, runs of turns for one split, one
-    turn a split for several) emits Lane B's rows, in each split's order, and every snapshot
-    resumes after exactly what was emitted, wherever in a block it was taken."""
+    """The steady-state path (runs of turns out of a block built ahead, a block a split in
+    turn) emits Lane B's rows, in each split's order, and every snapshot resumes after exactly
+    what was emitted, wherever in a block it was taken."""
     from collections import Counter
 
     from engine.connectors.fake_managed import READ_AHEAD
@@ -96,10 +109,7 @@ def test_under_the_loop_the_managed_rows_are_lane_bs_across_its_read_ahead_block
     for split_num in (1, 3):
         source = source_of(f"row.num = {2 * READ_AHEAD + 100}, split.num = {split_num}")
         splits = source.create_splits("BATCH")
-        lane_b = {
-            split["splitId"]: [r for rows, _ in source.read(split, 0, "BATCH", 4096) for r in rows]
-            for split in splits
-        }
+        lane_b = lane_b_rows(source)
         out, snaps = under_the_loop(ManagedFakeReader(source), splits, every=7)
         if split_num == 1:
             assert out == lane_b["fake-0"]
@@ -138,12 +148,7 @@ def test_many_splits_take_turns_a_block_each_and_every_row_is_built_once():
         per_split = READ_AHEAD + 904
         source = source_of(f"row.num = {per_split}, split.num = {split_num}")
         splits = source.create_splits("BATCH")
-        owner = {
-            row: split["splitId"]
-            for split in splits
-            for rows, _ in source.read(split, 0, "BATCH", 4096)
-            for row in rows
-        }
+        owner = owners(source)
         reader = CountingBuilds(source)
         out, _ = under_the_loop(reader, splits, every=10**9)
         assert len(out) == per_split * split_num and reader.built == len(out)
@@ -200,11 +205,7 @@ def test_after_a_barrier_the_steps_realign_with_the_blocks_and_hand_them_over_wh
         pass
     assert [len(b) for b in batches] == [640, READ_AHEAD - 640] + [READ_AHEAD] * 4
     assert len(snaps) == 1 and snaps[0].state["offsets"]["fake-0"] == 640
-    assert [r for b in batches for r in b] == [
-        r
-        for rows, _ in source.read(source.create_splits("BATCH")[0], 0, "BATCH", 4096)
-        for r in rows
-    ]
+    assert [r for b in batches for r in b] == lane_b_rows(source)["fake-0"]
 
 
 def test_a_split_assigned_mid_block_waits_until_the_current_block_is_out():
@@ -217,12 +218,7 @@ def test_a_split_assigned_mid_block_waits_until_the_current_block_is_out():
 
     source = source_of("row.num = 5000, split.num = 3")
     splits = {s["splitId"]: s for s in source.create_splits("BATCH")}
-    owner = {
-        row: split_id
-        for split_id, split in splits.items()
-        for rows, _ in source.read(split, 0, "BATCH", 4096)
-        for row in rows
-    }
+    owner = owners(source)
     reader = CountingBuilds(source)
     reader.add_splits([splits["fake-1"], splits["fake-2"]])
     out = []

@@ -195,8 +195,7 @@ class PollContext:
             return False  # the loop accounts for the overrun once poll returns
         self.turns_left -= 1
         self.ended += 1
-        self.started, self.deadline = now, now + self.limits.soft
-        self.first, self.bytes = self.length, 0
+        self.begin(now)
         return True
 
     def end_step(self) -> None:
@@ -432,13 +431,7 @@ class ReaderEventLoop:
                 or has_work()
             ):
                 break
-            # The next turn, inline (what PollContext.begin does): this is the hot path.
-            context.started, context.deadline, context.first, context.bytes = (
-                now,
-                now + soft,
-                context.length,
-                0,
-            )
+            context.begin(now)  # the next turn
         self.metrics.poll_turns += turns
         if context.length:
             self.metrics.records += context.length
