@@ -58,8 +58,10 @@ def test_the_next_master_sends_the_barriers_a_dead_one_never_sent(engine):
     engine.new_master()
 
     orchestration.coordinate_checkpoints(engine.epoch)
+    # The outbox publishes one command at a time: read the queue once all of them are out.
+    assert commands.outbox.flush(5)
     expected = sorted([g.id, g.attempt, str(member.uuid), checkpoint_id] for g in groups.values())
-    assert wait_for(lambda: barriers_on(broker, queue), 5, what="the barriers") == expected
+    assert barriers_on(broker, queue) == expected
 
     # Under its own epoch it re-sends only after BARRIER_RESEND, and only what is unacked.
     orchestration.coordinate_checkpoints(engine.epoch)
@@ -71,7 +73,8 @@ def test_the_next_master_sends_the_barriers_a_dead_one_never_sent(engine):
         barriers_sent_at=timezone.now() - timedelta(seconds=checkpoints.BARRIER_RESEND + 1)
     )
     orchestration.coordinate_checkpoints(engine.epoch)
-    assert wait_for(lambda: barriers_on(broker, queue), 5, what="the re-sent barrier") == [
+    assert commands.outbox.flush(5)
+    assert barriers_on(broker, queue) == [
         [reader.id, reader.attempt, str(member.uuid), checkpoint_id]
     ]
     assert Checkpoint.objects.get(id=checkpoint_id).state == "PENDING"
