@@ -52,6 +52,7 @@ class Outcome:
     lost: int
     duplicated: int
     settled: bool
+    stuck: str = ""  # what was seen last when it did not settle
 
 
 class Chaos:
@@ -166,9 +167,11 @@ class Chaos:
             ).fetchone()
         return SPLITS * BATCH_ROWS - inside, count - distinct
 
-    def settled(self, batch_job: int, timeout: float = 120) -> bool:
-        """The batch job FINISHED, the streaming job's pipeline RUNNING, every assigned slot
-        held by a live task group."""
+    def settled(self, batch_job: int, timeout: float = 120) -> str:
+        """Empty once the batch job FINISHED, the streaming job's pipeline is RUNNING and every
+        assigned slot is held by a live task group; else what was seen last (a STUCK outcome
+        then says which part of the engine waited)."""
+        seen = {"last": ""}
 
         def done() -> bool:
             batch = job(self.c, batch_job)["jobStatus"]
@@ -180,13 +183,35 @@ class Chaos:
                 " JOIN engine_member m ON m.id = s.member_id WHERE m.state = 'ALIVE'"
                 " AND t.status IN ('DEPLOYING', 'RUNNING', 'FAILING', 'CANCELING'))"
             )[0]
+            seen["last"] = (
+                f"batch job {batch}, streaming pipeline {stream}, {assigned} slots assigned and"
+                f" {held} held; {self.unfinished(batch_job)}"
+            )
             return batch == "FINISHED" and stream == "RUNNING" and assigned == held
 
         try:
             wait_for(done, timeout, interval=0.2, what="the cluster to settle")
-            return True
+            return ""
         except AssertionError:
-            return False
+            return seen["last"]
+
+    def unfinished(self, batch_job: int) -> str:
+        """The batch job's task groups and newest checkpoints, in a line."""
+        groups = self.c.query(
+            "SELECT t.id, t.kind, t.status, t.attempt, m.name, m.state FROM engine_taskgroup t"
+            " LEFT JOIN engine_member m ON m.id = t.member_id WHERE t.job_id = %s ORDER BY t.id",
+            (batch_job,),
+        )
+        cuts = self.c.query(
+            "SELECT id, state FROM engine_checkpoint WHERE job_id = %s ORDER BY id DESC LIMIT 3",
+            (batch_job,),
+        )
+        return (
+            "task groups "
+            + ", ".join(f"{g[0]} {g[1]} {g[2]} #{g[3]} on {g[4]} ({g[5]})" for g in groups)
+            + "; checkpoints "
+            + (", ".join(f"{c[0]} {c[1]}" for c in cuts) or "none")
+        )
 
     # -- one fault ----------------------------------------------------------------------------
 
@@ -200,7 +225,7 @@ class Chaos:
         ended = time.monotonic()
         self.c.restore()
         flows_again = self.wait_flowing(ended)
-        settled = self.settled(batch_job)
+        stuck = self.settled(batch_job)
         lost, duplicated = self.streaming_damage()
         batch_lost, batch_duplicated = self.batch_damage(table)
         return Outcome(
@@ -209,7 +234,8 @@ class Chaos:
             self.restores() - restores,
             lost + batch_lost,
             duplicated + batch_duplicated,
-            settled,
+            not stuck,
+            stuck,
         )
 
     def reader_worker(self) -> str:
@@ -315,4 +341,4 @@ def describe(outcome: Outcome) -> str:
         f"{outcome.restores} restores, {outcome.lost} rows lost, "
         f"{outcome.duplicated} duplicated, {'settled' if outcome.settled else 'STUCK'}",
         200,
-    )
+    ) + (f" ({outcome.stuck})" if outcome.stuck else "")
