@@ -1,9 +1,10 @@
 """Dirty-job tracking on real PostgreSQL, driven through the engine's own steps: reading it.
 
 The summary of a running job and of a finished one (from its history record) are the same;
-disabled jobs and records from before the feature read DISABLED; the history keeps the
-configured number of episodes; the REST contract (``dirtyTask``, the filters, ``/episodes``),
-its authentication and the refusal to enable with an older member alive; and the dashboard.
+disabled jobs and records from before the feature read DISABLED, an enabled finished job whose
+record and state are both lost UNKNOWN; the history keeps the configured number of episodes;
+the REST contract (``dirtyTask``, the filters, ``/episodes``), its authentication and the
+refusal to enable with an older member alive; and the dashboard.
 """
 
 from __future__ import annotations
@@ -58,6 +59,45 @@ def test_disabled_by_default_and_old_finished_records_read_as_disabled(engine):
     assert dirty.job_episodes(Job.objects.get(id=job.id)) == []
     annotated = dirty.annotate(Job.objects.filter(id=job.id)).get()
     assert annotated.dirty_evaluation == "DISABLED"
+
+
+def test_an_enabled_finished_job_without_snapshot_nor_state_reads_unknown(engine, api, client):
+    """What an enabled job counted is lost (its record gone, or written without a summary, and
+    its running state already removed): UNKNOWN in detail, lists, filters and pages, never
+    DISABLED (not tracked) nor CLEAN."""
+    job, _ = running_job(engine, threshold=2)
+    engine.cancel(job)
+    assert not DirtyJobState.objects.filter(job_id=job.id).exists()
+    client.force_login(role_user("dirty-watcher", "viewer"))
+
+    def ids(query: str) -> set[int]:
+        response = api.get(f"/api/v1/jobs?{query}")
+        assert response.status_code == 200, response.json()
+        return {j["jobId"] for j in response.json()["results"]}
+
+    for lose_record in (
+        lambda: JobHistory.objects.filter(job=job).update(dirty_task=None),
+        lambda: JobHistory.objects.filter(job=job).delete(),
+    ):
+        lose_record()
+        s = engine.summary(job)
+        assert s["evaluationStatus"] == "UNKNOWN" and not s["trackingComplete"], s
+        assert "neither a dirty-job snapshot nor state" in s["incompleteReason"]
+        detail = api.get(f"/api/v1/jobs/{job.id}").json()["dirtyTask"]
+        assert detail["evaluationStatus"] == "UNKNOWN" and detail["threshold"] == 2
+        [listed] = [j for j in api.get("/api/v1/jobs").json()["results"] if j["jobId"] == job.id]
+        assert listed["dirtyTask"]["evaluationStatus"] == "UNKNOWN"
+        assert job.id in ids("evaluationStatus=UNKNOWN")
+        assert job.id not in ids("evaluationStatus=DISABLED") | ids("evaluationStatus=CLEAN")
+        page = client.get("/jobs/?evaluationStatus=UNKNOWN", follow=True).content.decode()
+        assert f'data-job-id="{job.id}"' in page
+        assert 'data-field="evaluationStatus">UNKNOWN</span>' in page
+        assert (
+            f'data-job-id="{job.id}"'
+            not in client.get("/jobs/?evaluationStatus=DISABLED", follow=True).content.decode()
+        )
+        detail_page = client.get(f"/jobs/{job.id}", follow=True).content.decode()
+        assert 'class="badge dirty-unknown">UNKNOWN</span>' in detail_page
 
 
 def test_history_keeps_the_configured_number_of_episodes(engine, settings):

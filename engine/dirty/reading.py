@@ -149,21 +149,21 @@ def summary(job: Job, state: DirtyJobState | None, sequences: Sequences) -> dict
 
 def job_summary(job: Job) -> dict:
     """``dirtyTask`` of any job: running from its state, finished from its history record. A
-    finished job whose snapshot is still to be written reads from its running state; an old
-    record without a summary (or no record at all) reads as DISABLED."""
-    state = None
+    finished job whose snapshot is still to be written reads from its running state. A job that
+    did not enable tracking reads DISABLED (an old record without a summary, or none at all, is
+    one); an enabled finished job with neither snapshot nor state reads UNKNOWN: what it counted
+    is lost, and that is never reported as CLEAN nor as not tracked."""
+    if job.dirty_threshold <= 0:
+        return dict(DISABLED_SUMMARY)
     if job.status in JOB_TERMINAL:
         snapshot = (
             JobHistory.objects.filter(job_id=job.id).values_list("dirty_task", flat=True).first()
         )
         if snapshot:
             return snapshot
-        state = DirtyJobState.objects.filter(job_id=job.id).first()
-        if state is None:
-            return dict(DISABLED_SUMMARY)
-    if job.dirty_threshold <= 0:
-        return dict(DISABLED_SUMMARY)
-    state = state or DirtyJobState.objects.filter(job_id=job.id).first()
+    state = DirtyJobState.objects.filter(job_id=job.id).first()
+    if state is None and job.status in JOB_TERMINAL:
+        return missing_summary(job, "the finished job has neither a dirty-job snapshot nor state")
     return summary(job, state, Sequences.read(job.id))
 
 
@@ -233,9 +233,8 @@ def annotate(queryset):
     terminal = Q(status__in=JOB_TERMINAL)
     return queryset.annotate(
         dirty_evaluation=Case(
-            When(terminal & Q(history__dirty_task__isnull=False), then=history_status),
-            When(terminal & Q(dirty_state__isnull=True), then=Value(DirtyEvaluation.DISABLED)),
             When(dirty_threshold__lte=0, then=Value(DirtyEvaluation.DISABLED)),
+            When(terminal & Q(history__dirty_task__isnull=False), then=history_status),
             When(dirty_state__isnull=True, then=Value(DirtyEvaluation.UNKNOWN)),
             When(
                 dirty_state__schema_version__gt=SCHEMA_VERSION, then=Value(DirtyEvaluation.UNKNOWN)
