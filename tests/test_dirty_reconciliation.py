@@ -2,9 +2,9 @@
 
 A new master confirms what the previous one left PREPARED, once; a job whose tracking fell
 behind (a failed tracker write, a member event nobody handled, a missing or unreadable state)
-reads UNKNOWN, never CLEAN; a history snapshot that failed is written later; one job failing
-its reconciliation does not stop the others; and a member loss costs the same statements
-whatever the number of jobs.
+reads UNKNOWN, never CLEAN (a missed member event only the jobs that existed at it); a history
+snapshot that failed is written later; one job failing its reconciliation does not stop the
+others; and a member loss costs the same statements whatever the number of jobs.
 """
 
 from __future__ import annotations
@@ -208,6 +208,35 @@ def test_a_member_event_nobody_handled_becomes_gaps_of_the_jobs_of_that_time(eng
     assert dirty.annotate(Job.objects.filter(id=job.id)).get().dirty_evaluation == "UNKNOWN"
     assert dirty.annotate(Job.objects.filter(id=later.id)).get().dirty_evaluation == "CLEAN"
     assert kinds_without_job("dirty.tracker-failed") == 1
+
+
+def test_a_missed_member_event_gaps_only_the_jobs_that_existed_at_it(engine):
+    """Two member events nobody handled (an older master ended two members, leaving the shared
+    watermark behind), with jobs submitted before, between and after them: each job gets a gap
+    at the first missed event it existed at, and a job submitted after both gets none."""
+    before, _ = running_job(engine)
+    pruned = engine.submit(threshold=2)  # its submission event is gone: taken as existing
+    EngineEvent.objects.filter(job_id=pruned.id, kind="job.submitted").delete()
+    first = dirty.Sequences.read(before.id).member_event + 1
+    engine.lose(engine.add_member(slots=0))
+    with connection.cursor() as cur:  # as if the tracker had never run for that event
+        cur.execute("UPDATE engine_clusterstate SET dirty_handled_sequence = %s", [first - 1])
+    between = engine.submit(threshold=2)
+    engine.lose(engine.add_member(slots=0))  # the watermark, behind, stays behind
+    after = engine.submit(threshold=2)
+    assert engine.summary(after)["evaluationStatus"] == "UNKNOWN"  # not repaired yet
+    engine.new_master()
+    gaps = dict(DirtyTrackingGap.objects.values_list("job_id", "member_event_sequence"))
+    assert gaps == {before.id: first, pruned.id: first, between.id: first + 1}
+    for job in (before, pruned, between):
+        s = engine.summary(job)
+        assert s["evaluationStatus"] == "UNKNOWN" and not s["trackingComplete"], s
+        assert dirty.annotate(Job.objects.filter(id=job.id)).get().dirty_evaluation == "UNKNOWN"
+    assert engine.summary(after)["evaluationStatus"] == "CLEAN"
+    assert engine.summary(after)["trackingComplete"]
+    assert dirty.annotate(Job.objects.filter(id=after.id)).get().dirty_evaluation == "CLEAN"
+    [failed] = EngineEvent.objects.filter(job_id__isnull=True, kind="dirty.tracker-failed")
+    assert failed.payload["jobs"] == 3
 
 
 def kinds_without_job(kind: str) -> int:

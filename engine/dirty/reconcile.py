@@ -153,11 +153,42 @@ def _repair_gaps(job: Job, epoch: int):
     return removed, events
 
 
+#: The permanent gaps of missed member events ``first..last``, for the jobs that existed at
+#: one of them: a job gets a gap at the first missed event whose own event (``member.removed``
+#: or ``member.left``) committed after the job's ``job.submitted``. The event store's ``seq``
+#: is the commit order (engine.events), and a job a member event could concern had committed
+#: its submission before that event's transaction scanned the jobs, hence before it appended
+#: its event. Where either event is gone (retention), the job is taken to have existed.
+_MISSED_EVENT_GAPS = """
+WITH missed AS (
+    SELECT k.n, e.seq
+      FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS k(n)
+      LEFT JOIN (SELECT (payload->>'memberEventSequence')::bigint AS n, min(seq) AS seq
+                   FROM engine_engineevent
+                  WHERE kind IN ('member.removed', 'member.left')
+                    AND (payload->>'memberEventSequence')::bigint
+                        BETWEEN %(first)s::bigint AND %(last)s::bigint
+                  GROUP BY 1) e ON e.n = k.n
+), tracked AS (
+    SELECT s.job_id,
+           (SELECT min(e.seq) FROM engine_engineevent e
+             WHERE e.job_id = s.job_id AND e.kind = 'job.submitted') AS submitted
+      FROM engine_dirtyjobstate s
+)
+INSERT INTO engine_dirtytrackinggap (job_id, member_event_sequence, repairable, reason, at)
+SELECT t.job_id, min(m.n), false, 'member event ' || min(m.n) || ' was not handled', now()
+  FROM tracked t
+  JOIN missed m ON t.submitted IS NULL OR m.seq IS NULL OR t.submitted < m.seq
+ GROUP BY t.job_id
+"""
+
+
 def _repair_watermark(epoch: int) -> None:
     """A member event the tracker could not handle at all (not even a gap could be written, or
     a member of an older protocol ended it) leaves the shared watermark behind, which would keep
     every job UNKNOWN for ever, even jobs submitted later. Turn it into permanent gaps of the
-    jobs tracked now (a superset of those it concerned) and catch the watermark up."""
+    jobs that existed at the missed events (_MISSED_EVENT_GAPS: a superset of those they
+    concerned, never a job submitted after them) and catch the watermark up."""
 
     with fenced(epoch):
         row = (
@@ -170,14 +201,7 @@ def _repair_watermark(epoch: int) -> None:
             return
         sequence, handled = row
         with connection.cursor() as cur:
-            cur.execute(
-                """
-                INSERT INTO engine_dirtytrackinggap
-                       (job_id, member_event_sequence, repairable, reason, at)
-                SELECT job_id, %s, false, %s, now() FROM engine_dirtyjobstate
-                """,
-                [handled + 1, f"member events {handled + 1}..{sequence} were not handled"],
-            )
+            cur.execute(_MISSED_EVENT_GAPS, {"first": handled + 1, "last": sequence})
             gaps = cur.rowcount
         ClusterState.objects.filter(id=1).update(dirty_handled_sequence=sequence)
         log.error(
