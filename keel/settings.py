@@ -7,6 +7,7 @@ and turns on the transport-security settings that ``manage.py check --deploy`` a
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import secrets
@@ -79,9 +80,32 @@ def _bytes(name: str, default: str) -> int:
     return int(match.group(1)) * unit
 
 
+def _flag(name: str, default: str) -> bool:
+    """true/false (also 1/0, yes/no, on/off) from the environment, refused at startup
+    otherwise: a misspelt value must not silently turn an option off."""
+    text = os.environ.get(name, default).strip().lower()
+    if text not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ImproperlyConfigured(f"{name}: {text!r} is not true or false")
+    return text in ("1", "true", "yes", "on")
+
+
 def _names(name: str, default: str) -> list[str]:
     """A comma-separated list from the environment, blanks dropped."""
     return [p.strip() for p in os.environ.get(name, default).split(",") if p.strip()]
+
+
+def _networks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Addresses or networks (comma-separated) from the environment, refused at startup if one
+    is neither."""
+    networks = []
+    for text in _names(name, ""):
+        try:
+            networks.append(ipaddress.ip_network(text))
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"{name}: {text!r} is not an address or network (e.g. 10.0.0.5, 10.0.0.0/8): {exc}"
+            ) from None
+    return tuple(networks)
 
 
 def _secret_key() -> str:
@@ -133,7 +157,13 @@ INSTALLED_APPS = [
     "devcluster",
 ]
 
+#: Reverse proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (engine.clientaddr);
+#: from any other caller they are ignored, so no caller can claim another address.
+TRUSTED_PROXIES = _networks("KEEL_TRUSTED_PROXIES")
+
 MIDDLEWARE = [
+    # First: REMOTE_ADDR is the caller as resolved through trusted proxies for all that follows.
+    "engine.clientaddr.ForwardedHeadersMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -155,6 +185,7 @@ AUTHENTICATION_BACKENDS = [
 AXES_FAILURE_LIMIT = int(os.environ.get("KEEL_LOGIN_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("KEEL_LOGIN_COOLOFF_MINUTES", "15")))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_CLIENT_IP_CALLABLE = "engine.clientaddr.client_address"
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 
@@ -308,14 +339,17 @@ ENGINE = {
     "connectors.jdbc-allowed": _names("KEEL_CONNECTORS_JDBC_ALLOWED", "loopback"),
     # Terminal-state cleanup (engine.jobs.cleanup): a finished job's running state stays this
     # long for late callbacks, then a durable cleanup record removes it; failures retry with
-    # backoff up to max-attempts (then FAILED, retried from the admin). History is removed
-    # after history.retention, through the same kind of record.
+    # backoff up to max-attempts (then FAILED, retried from the admin); a record waiting for
+    # its job's history spends none. The Celery countdown sent when a job ends is a hint
+    # (job-state-cleanup.hint): off, the active master's sweep alone delivers records. History
+    # is removed after history.retention, through the same kind of record.
     "job-state-cleanup-delay": _duration(
         "KEEL_JOB_STATE_CLEANUP_DELAY", os.environ.get("KEEL_JOB_STATE_CLEANUP_DELAY", "60s")
     ),
     "job-state-cleanup.max-attempts": _count(
         "KEEL_JOB_STATE_CLEANUP_MAX_ATTEMPTS", "10", minimum=1
     ),
+    "job-state-cleanup.hint": _flag("KEEL_JOB_STATE_CLEANUP_HINT", "true"),
     "history.retention": _duration(
         "KEEL_HISTORY_RETENTION", os.environ.get("KEEL_HISTORY_RETENTION", "7d")
     ),

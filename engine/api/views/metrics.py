@@ -1,15 +1,15 @@
 """``GET /metrics``: the Prometheus exposition (engine.metrics), for a scraper.
 
 Who may scrape (``engine.metrics.*``): a caller from a loopback address while
-``metrics.loopback`` is on (the default outside production; behind a reverse proxy every
-caller looks local, so turn it off there), ``Authorization: Bearer <KEEL_METRICS_TOKEN>`` when
-that is set, or any API token or session of a user with the viewer role.
+``metrics.loopback`` is on (the default outside production; behind a reverse proxy on the
+same host every caller looks local unless that proxy is in ``KEEL_TRUSTED_PROXIES``),
+``Authorization: Bearer <KEEL_METRICS_TOKEN>`` when that is set, or any API token or session
+of a user with the viewer role.
 """
 
 from __future__ import annotations
 
 import hmac
-import ipaddress
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -17,15 +17,16 @@ from django.views.decorators.http import require_GET
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
+from engine.clientaddr import client_address, parse
 from engine.metrics import CONTENT_TYPE, exposition
 from engine.roles import VIEW_JOB
 
 
 def _loopback(request: HttpRequest) -> bool:
-    try:
-        return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
-    except ValueError:
-        return False
+    """The caller (through trusted proxies only: a forwarded header from anyone else is no
+    claim to be local) is on a loopback address."""
+    address = parse(client_address(request))
+    return address is not None and address.is_loopback
 
 
 def _allowed(request: HttpRequest) -> bool:

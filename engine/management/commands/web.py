@@ -27,9 +27,10 @@ class Command(BaseCommand):
             opts["host"],
             "-p",
             str(opts["port"]),
-            "--proxy-headers",
             "keel.asgi:application",
         ]
+        # No --proxy-headers: daphne would believe any caller's X-Forwarded-For. The client's
+        # address is resolved in Django instead, from trusted proxies only (engine.clientaddr).
         sys.stdout.flush()
         # A frozen web process must not stall the engine: its sessions get the engine's
         # timeouts (an open transaction, with the job or event-append lock, is ended).
