@@ -1,6 +1,11 @@
 """Terminal-state cleanup on a live cluster: the intent survives two active masters killed in
 a row during the delay, a lost Celery message and a dead Celery worker; a job whose worker dies
-with no way to restore ends FAILED promptly and is cleaned up like any other."""
+with no way to restore ends FAILED promptly and is cleaned up like any other.
+
+The cluster runs with the countdown hint off (engine.job-state-cleanup.hint): the process that
+ends a job sends no Celery countdown, so every record here is delivered by the active master's
+sweep, the one delivery that must survive masters dying (with the hint, a test would pass with
+no master at all)."""
 
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ sink { Blackhole { } }
 def cc(db_template):
     c = Cluster(db_template, masters=3, workers=2, slots=4, heartbeat_timeout=2.0)
     c.env["KEEL_JOB_STATE_CLEANUP_DELAY"] = f"{DELAY}s"
+    c.env["KEEL_JOB_STATE_CLEANUP_HINT"] = "false"
     with c:
         yield c
 
@@ -88,6 +94,11 @@ def test_a_finished_job_leaves_the_running_lists_at_once_and_two_master_kills_lo
     kill_active_master(cc)  # during the delay: the intent is a row, not a timer
     kill_active_master(cc)
     wait_done(cc, job_id)
+    # Delivered by the third master's sweep (claiming a record stamps it; no hint was sent).
+    assert cc.one(
+        "SELECT enqueued_at IS NOT NULL FROM engine_jobcleanuprecord WHERE job_id = %s",
+        (job_id,),
+    )
     assert running_rows(cc, job_id) == 0
     after = job(cc, job_id)
     for body in (detail, after):

@@ -1,17 +1,22 @@
 """Terminal-state cleanup on real PostgreSQL, step by step: the record written in the job's
 terminal transaction, execution exactly once however many deliveries race, the detail read
-the same before and after, late callbacks as no-ops, failures retried then FAILED, the REST
-view and the admin console."""
+the same before and after, late callbacks as no-ops, a wait for the history that spends no
+attempt, real failures retried then FAILED, the countdown hint and its switch, the REST view
+and the admin console."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from datetime import timedelta
 
 import pytest
+import redis
 from django.contrib.auth import get_user_model
-from django.db import connections
+from django.db import connection, connections, transaction
+from django.db.models import F
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from engine.jobs import checkpoints, cleanup, lifecycle, splits
@@ -183,21 +188,143 @@ def test_late_callbacks_after_the_tombstone_and_after_cleanup_are_quiet_no_ops(e
     ]
 
 
-def test_failures_retry_with_backoff_then_fail_and_can_be_retried(engine, settings):
+def waits_for(record: JobCleanupRecord) -> float:
+    """How long from now the sweep leaves a record before sending it again (seconds)."""
+    record.refresh_from_db()
+    resend_at = record.enqueued_at + cleanup.REENQUEUE_AFTER
+    return (resend_at - checkpoints.database_now()).total_seconds()
+
+
+def test_a_record_waiting_for_its_history_waits_and_spends_no_attempt(engine, api, settings):
+    """Waiting is not failing: executed more often than max-attempts before the history is
+    written, the record stays PENDING and due (counted overdue: a wait that never ends shows),
+    spends no attempt, says why in lastError and is sent again after a short bounded wait."""
     settings.ENGINE = {**settings.ENGINE, "job-state-cleanup.max-attempts": 3}
     job = ended_job(engine)
-    JobHistory.objects.filter(job=job).update(summary=None)  # as if its record failed
+    summary = JobHistory.objects.get(job=job).summary
+    JobHistory.objects.filter(job=job).update(summary=None)  # not written yet
+    record = make_due(job)
+    why = f"waiting: the history record of job {job.id} is not written yet"
+    for _ in range(5):
+        assert cleanup.execute(record.id) == why
+        waiting = JobCleanupRecord.objects.get(id=record.id)
+        assert (waiting.state, waiting.attempts, waiting.last_error) == ("PENDING", 0, why)
+        assert waiting.due_at == record.due_at
+    assert running_state(job)["taskGroups"] == 3  # nothing removed
+    assert cleanup.overdue_count() == 1
+    listed = api.get(f"/api/v1/cleanup-records?jobId={job.id}").json()["results"][0]
+    assert (listed["state"], listed["attempts"], listed["lastError"]) == ("PENDING", 0, why)
+
+    # Due a second ago, it is sent again in about a second; the sweep leaves it until then.
+    assert cleanup.WAIT_MIN - 0.5 < waits_for(record) <= cleanup.WAIT_MIN + 1
+    with transaction.atomic():
+        assert cleanup.claim_due() == []
+    JobCleanupRecord.objects.filter(id=record.id).update(
+        enqueued_at=F("enqueued_at") - timedelta(seconds=cleanup.WAIT_MIN + 1)
+    )
+    with transaction.atomic():
+        assert cleanup.claim_due() == [record.id]
+    # Waiting for an hour, it is looked at again within WAIT_MAX, not later.
+    JobCleanupRecord.objects.filter(id=record.id).update(due_at=Now() - timedelta(hours=1))
+    assert cleanup.execute(record.id) == why
+    assert cleanup.WAIT_MAX - 1 < waits_for(record) <= cleanup.WAIT_MAX
+
+    JobHistory.objects.filter(job=job).update(summary=summary)
+    assert cleanup.execute(record.id) == "done"
+    record.refresh_from_db()
+    assert (record.state, record.attempts, record.executions, record.last_error) == (
+        "DONE",
+        1,
+        1,
+        "",
+    )
+
+
+@pytest.fixture
+def failing_removal():
+    """A real failure of the removal: a trigger refuses to delete the chosen jobs' pipelines."""
+    with connection.cursor() as cur:
+        cur.execute("CREATE TABLE test_cleanup_fault (job_id bigint)")
+        cur.execute(
+            """
+            CREATE FUNCTION test_cleanup_fault() RETURNS trigger AS $$
+            BEGIN
+              IF EXISTS (SELECT 1 FROM test_cleanup_fault WHERE job_id = OLD.job_id) THEN
+                RAISE EXCEPTION 'injected failure removing the pipelines of job %', OLD.job_id;
+              END IF;
+              RETURN OLD;
+            END $$ LANGUAGE plpgsql
+            """
+        )
+        cur.execute(
+            "CREATE TRIGGER test_cleanup_fault BEFORE DELETE ON engine_pipeline"
+            " FOR EACH ROW EXECUTE FUNCTION test_cleanup_fault()"
+        )
+
+    def fail(job: Job, on: bool = True) -> None:
+        with connection.cursor() as cur:
+            if on:
+                cur.execute("INSERT INTO test_cleanup_fault VALUES (%s)", [job.id])
+            else:
+                cur.execute("DELETE FROM test_cleanup_fault")
+
+    yield fail
+    with connection.cursor() as cur:
+        cur.execute("DROP TRIGGER test_cleanup_fault ON engine_pipeline")
+        cur.execute("DROP FUNCTION test_cleanup_fault()")
+        cur.execute("DROP TABLE test_cleanup_fault")
+
+
+def test_real_failures_spend_attempts_with_backoff_then_fail_and_can_be_retried(
+    engine, settings, failing_removal
+):
+    settings.ENGINE = {**settings.ENGINE, "job-state-cleanup.max-attempts": 3}
+    job = ended_job(engine)
+    failing_removal(job)
+    summary = JobHistory.objects.get(job=job).summary
     for attempt in (1, 2, 3):
         record = make_due(job)
+        before = checkpoints.database_now()
         assert cleanup.execute(record.id).startswith("failed")
         record.refresh_from_db()
-        assert record.attempts == attempt and "history record" in record.last_error
+        assert record.attempts == attempt and "injected failure" in record.last_error
+        backoff = cleanup.BACKOFF_BASE * 2 ** (attempt - 1)
+        assert backoff <= (record.due_at - before).total_seconds() < backoff + 1
+        if attempt == 1:  # a wait in between spends nothing
+            JobHistory.objects.filter(job=job).update(summary=None)
+            assert cleanup.execute(make_due(job).id).startswith("waiting")
+            assert JobCleanupRecord.objects.get(id=record.id).attempts == 1
+            JobHistory.objects.filter(job=job).update(summary=summary)
     assert record.state == "FAILED"
     assert running_state(job)["taskGroups"] == 3  # nothing removed
     assert cleanup.execute(record.id) == "failed already"
     assert cleanup.retry_failed(record.id)
-    JobHistory.objects.filter(job=job).update(summary={"pipelines": [], "metrics": {}})
+    failing_removal(job, on=False)
     assert cleanup.execute(make_due(job).id) == "done"
+
+
+def cleanup_messages(queue: redis.Redis) -> int:
+    """Cleanup tasks waiting on the control queue (Celery's Redis transport: a list of JSON)."""
+    from engine.protocol import CONTROL_QUEUE, TASK_CLEANUP
+
+    return sum(
+        json.loads(m)["headers"]["task"] == TASK_CLEANUP for m in queue.lrange(CONTROL_QUEUE, 0, -1)
+    )
+
+
+def test_the_countdown_hint_is_sent_when_a_job_ends_unless_it_is_turned_off(engine, settings):
+    """engine.job-state-cleanup.hint: on, the terminal transaction sends its record's countdown
+    to the control queue; off, it sends nothing (the sweep alone delivers records)."""
+    from engine.protocol import CONTROL_QUEUE
+
+    queue = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=5)
+    queue.delete(CONTROL_QUEUE)
+    ended_job(engine)
+    assert cleanup_messages(queue) == 1
+    settings.ENGINE = {**settings.ENGINE, "job-state-cleanup.hint": False}
+    ended_job(engine)
+    assert cleanup_messages(queue) == 1
+    queue.delete(CONTROL_QUEUE)
 
 
 def test_the_admin_console_lists_filters_and_runs_a_record_now(engine, client, admin_client):
@@ -263,8 +390,6 @@ def test_history_retention_removes_the_job_through_its_own_record(engine, api, s
 
 
 def test_sweepers_racing_claim_each_due_record_once(engine):
-    from django.db import transaction
-
     jobs = [ended_job(engine) for _ in range(3)]
     for job in jobs:
         make_due(job)

@@ -51,6 +51,10 @@ REENQUEUE_AFTER = timedelta(seconds=15)
 #: Backoff between failed attempts: BASE * 2**attempts, at most MAX.
 BACKOFF_BASE = 1.0
 BACKOFF_MAX = 300.0
+#: A waiting record is looked at again after as long as it has waited so far, within these
+#: bounds (seconds): the wait roughly doubles, and never exceeds the sweep's re-enqueue period.
+WAIT_MIN = 1.0
+WAIT_MAX = REENQUEUE_AFTER.total_seconds()
 #: Records one sweep claims (the rest wait for the next pass).
 SWEEP_BATCH = 500
 #: Records one Celery message carries (each executed in its own transaction).
@@ -58,7 +62,8 @@ MESSAGE_BATCH = 50
 
 
 class NotReady(Exception):
-    """The job's state cannot be removed yet (an attempt fails and is retried)."""
+    """The job's state cannot be removed yet (its history is not written, say): the record
+    waits, spending no attempt, and is looked at again soon (``_waiting``)."""
 
 
 def delay() -> timedelta:
@@ -79,6 +84,8 @@ def record_job_state_cleanup(job: Job) -> None:
 def hint_at_due(job_id: int, countdown: float) -> None:
     """A Celery countdown to execute the job's record when due: only a hint (the active
     master's sweep is what guarantees it), so a broker that is down costs nothing here."""
+    if not settings.ENGINE["job-state-cleanup.hint"]:
+        return  # the sweep alone delivers it (tests that the sweep does)
     from celery import current_app
 
     from engine.protocol import CONTROL_QUEUE, TASK_CLEANUP
@@ -150,16 +157,42 @@ def execute(record_id: int) -> str:
                 _schedule_history_cleanup(record)
         log.info("cleanup %s of job %s done: %s", record.kind, record.job_id, removed)
         return "done"
+    except NotReady as exc:
+        _waiting(record_id, exc)
+        return f"waiting: {exc}"
     except Exception as exc:
         _failed(record_id, exc)
         return f"failed: {exc}"
 
 
+def _waiting(record_id: int, exc: NotReady) -> None:
+    """Waiting is not failing: the record stays PENDING, spends no attempt and says why in
+    ``last_error``. Its due time stays, so a wait that never ends (a history never written)
+    shows in the overdue count, its metric and alert, instead of waiting unseen. The sweep
+    sends it again once it has waited as long again (WAIT_MIN to WAIT_MAX)."""
+    log.info("cleanup record %s waits: %s", record_id, exc)
+    with transaction.atomic():
+        record = (
+            JobCleanupRecord.objects.select_for_update()
+            .filter(id=record_id, state__in=CLEANUP_OPEN)
+            .first()
+        )
+        if record is None:
+            return
+        now = _now()
+        retry_in = min(max((now - record.due_at).total_seconds(), WAIT_MIN), WAIT_MAX)
+        JobCleanupRecord.objects.filter(id=record_id).update(
+            state=CleanupState.PENDING,
+            last_error=f"waiting: {exc}"[:2000],
+            # claim_due sends again what was enqueued REENQUEUE_AFTER ago: retry_in from now.
+            enqueued_at=now - REENQUEUE_AFTER + timedelta(seconds=retry_in),
+        )
+
+
 def _failed(record_id: int, exc: Exception) -> None:
-    """Record the failure; retry with backoff until max attempts, then FAILED (visible, and
-    retried by hand from the admin)."""
-    level = logging.INFO if isinstance(exc, NotReady) else logging.WARNING
-    log.log(level, "cleanup record %s failed: %s", record_id, exc)
+    """Record a real failure; retry with backoff until max attempts, then FAILED (visible,
+    and retried by hand from the admin)."""
+    log.warning("cleanup record %s failed: %s", record_id, exc)
     limit = int(settings.ENGINE["job-state-cleanup.max-attempts"])
     with transaction.atomic():
         record = JobCleanupRecord.objects.select_for_update().filter(id=record_id).first()

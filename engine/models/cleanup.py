@@ -22,11 +22,13 @@ class JobCleanupRecord(models.Model):
     )
     due_at = models.DateTimeField()
     created_at = models.DateTimeField(db_default=Now())
-    #: When the active master last put it on the control queue (sent again if not DONE soon).
+    #: When the active master last put it on the control queue (sent again if not DONE soon;
+    #: a waiting record's is set back so that the sweep sends it again after its wait).
     enqueued_at = models.DateTimeField(null=True, blank=True)
     executed_at = models.DateTimeField(null=True, blank=True)
-    #: Executions tried (failed ones included); ``executions``: those that removed something
-    #: (never more than one: the proof that duplicates and racing sweepers change nothing).
+    #: Executions tried (failed ones included, waits for the job's history not); ``executions``:
+    #: those that removed something (never more than one: the proof that duplicates and racing
+    #: sweepers change nothing).
     attempts = models.IntegerField(default=0)
     executions = models.IntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
