@@ -4,8 +4,8 @@ events out through the Channels layer to the groups of the pages they concern. S
 nothing while nothing happens: no query per tab, only one LISTEN per web process.
 
 Groups: ``events`` (every event, serialized once here), ``cluster`` (every event: the cluster
-page shows the feed), ``jobs`` (events of a job: the jobs page re-renders its rows) and
-``job.<id>`` (that job's page).
+page shows the feed), ``jobs`` (events of a job, and the dirty-job tracker's cluster-wide ones:
+the jobs page re-renders its rows and their recovery labels) and ``job.<id>`` (that job's page).
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ def groups_of(event: dict) -> set[str]:
     groups = {"events", "cluster"}
     if event.get("jobId"):
         groups |= {"jobs", f"job.{event['jobId']}"}
+    elif event["kind"].startswith("dirty."):
+        # A cluster-wide tracker event (a missed member event, its repair) may change every
+        # job's recovery label: the jobs page re-renders its badges.
+        groups.add("jobs")
     return groups
 
 

@@ -175,3 +175,57 @@ def test_an_idle_socket_stays_open_past_the_layers_blocking_read():
 async def collect_available(communicator) -> None:
     while not await communicator.receive_nothing(timeout=0.3):
         await communicator.receive_json_from(timeout=1)
+
+
+def test_a_cluster_wide_tracker_event_reaches_the_jobs_page_at_once(engine):
+    """A member event nobody handled leaves a tracked job UNKNOWN; the master's repair of the
+    watermark appends a ``dirty.tracker-failed`` event without a job, and the job, submitted
+    after that member event, reads CLEAN from then on. The jobs page gets its new badge at
+    once, though no event of any job carries it."""
+    from django.db import connection
+
+    from engine import dirty
+    from engine.queries import latest_seq
+
+    user = role_user("badges", "viewer")
+    engine.add_member(slots=4)
+    engine.lose(engine.add_member(slots=0))
+    with connection.cursor() as cur:  # as if the tracker had never handled that member event
+        cur.execute(
+            "UPDATE engine_clusterstate SET dirty_handled_sequence = member_event_sequence - 1"
+        )
+    job = engine.submit(threshold=2)
+    assert dirty.job_summary(job)["evaluationStatus"] == "UNKNOWN"
+
+    @database_sync_to_async
+    def job_event() -> int:
+        with transaction.atomic():
+            return append_event(EngineEvent(kind="test.ping", job_id=job.id)).seq
+
+    @database_sync_to_async
+    def repair() -> list[EngineEvent]:
+        after = latest_seq()
+        engine.new_master()
+        return list(EngineEvent.objects.filter(seq__gt=after))
+
+    async def scenario() -> float:
+        page = await connect(
+            f"/ws/live/?topic=jobs&after={await database_sync_to_async(latest_seq)()}", user
+        )
+        assert (await page.connect())[0]
+        # Once a job's event has come through, the socket follows the relay (its catch-up on
+        # connecting is behind it): what comes next is the relay's push.
+        ping = await job_event()
+        assert f'data-seq="{ping}"' in await page.receive_from(timeout=10)
+        events = await repair()
+        started = asyncio.get_running_loop().time()
+        assert [(e.kind, e.job_id) for e in events] == [("dirty.tracker-failed", None)]
+        html = await page.receive_from(timeout=5)
+        elapsed = asyncio.get_running_loop().time() - started
+        assert f'data-seq="{events[-1].seq}"' in html
+        row = html.split(f'data-job-id="{job.id}"')[1].split("</tr>")[0]
+        assert 'data-field="evaluationStatus">CLEAN</span>' in row, row
+        await page.disconnect()
+        return elapsed
+
+    print(f"a cluster-wide tracker event reached the jobs page in {run(scenario()):.3f} s")
