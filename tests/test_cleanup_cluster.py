@@ -18,7 +18,7 @@ import redis
 
 from engine.protocol import CONTROL_QUEUE
 from tests.clusterkit import Cluster, wait_for
-from tests.test_jobs_cluster import TERMINAL, job, submit, wait_status
+from tests.test_jobs_cluster import TERMINAL, job, streaming, submit, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -159,3 +159,40 @@ def test_no_restore_path_fails_promptly_and_is_cleaned_up(cc):
     wait_done(cc, job_id)
     assert running_rows(cc, job_id) == 0
     cc.restore()
+
+
+def slot_holders(c: Cluster) -> dict[int, tuple[str, int | None]]:
+    """Every slot of the ALIVE members: (its state, the job whose live task group holds it)."""
+    code, slots = c.api("/api/v1/slots")
+    assert code == 200
+    return {s["id"]: (s["state"], s["owner"] and s["owner"]["jobId"]) for s in slots}
+
+
+def test_a_cleanup_inside_the_delay_leaves_the_next_jobs_slots_alone(cc):
+    """Job A ends, job B takes A's slots inside A's cleanup delay, A's cleanup runs: B's slots
+    stay ASSIGNED to B, and a job C lands on other slots (none held twice)."""
+    cc.restore()
+    wait_for(lambda: cc.alive_members() == 2, 20, what="two workers")
+    a, detail = finished_job(cc)
+    a_slots = {g["slot"]["id"] for p in detail["pipelines"] for g in p["taskGroups"]}
+    b = submit(cc, streaming(1))
+    wait_status(cc, b, {"RUNNING"}, timeout=30)
+    b_slots = {s for s, (_, owner) in slot_holders(cc).items() if owner == b}
+    assert len(b_slots) == 2 and b_slots <= a_slots  # the lowest sequences again
+    assert record(cc, a)[0] == "PENDING"  # B was placed inside A's delay
+
+    wait_done(cc, a)
+    holders = slot_holders(cc)
+    assert {s: holders[s] for s in b_slots} == dict.fromkeys(b_slots, ("ASSIGNED", b))
+    c = submit(cc, streaming(1))
+    wait_status(cc, c, {"RUNNING"}, timeout=30)
+    holders = slot_holders(cc)
+    c_slots = {s for s, (_, owner) in holders.items() if owner == c}
+    assert len(c_slots) == 2 and not c_slots & b_slots
+    assigned = {s for s, (state, _) in holders.items() if state == "ASSIGNED"}
+    assert assigned == b_slots | c_slots
+    for job_id in (b, c):
+        assert cc.post(f"/api/v1/jobs/{job_id}/cancel")[0] == 202
+    for job_id in (b, c):
+        wait_status(cc, job_id, TERMINAL, timeout=30)
+    assert all(state == "FREE" for state, _ in slot_holders(cc).values())

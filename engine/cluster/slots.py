@@ -7,7 +7,7 @@ leave, engine.jobs.drain), are never taken again.
 from __future__ import annotations
 
 import psycopg
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.db.models import Count, Exists, Max, OuterRef
 
 from engine.models import Member, MemberDrain, Slot
@@ -62,28 +62,27 @@ def _lock_free(count: int) -> list[tuple[int, int]]:
 def _create_dynamic(count: int) -> list[tuple[int, int]]:
     """Create up to ``count`` new slots on dynamic-slot members, round-robin.
 
-    A dynamic member with ``slot_count`` > 0 never holds more than that many assigned slots;
-    0 means unbounded. Members are locked (in id order) so concurrent calls cannot overshoot.
+    A dynamic member with ``slot_count`` > 0 never has more than that many slot rows, so never
+    more assigned; 0 means unbounded. Every row counts, FREE ones too: this is called only
+    once ``_lock_free`` found too few, so each FREE row is locked already, by this take or by
+    a concurrent one about to assign it. Members are locked (in id order) so concurrent calls
+    cannot overshoot.
     """
     members = list(
         takers().select_for_update(no_key=True).filter(slot_mode=SlotMode.DYNAMIC).order_by("id")
     )
     if not members or count <= 0:
         return []
-    top = dict(
+    top, rows = {}, {}
+    for member_id, highest, n in (
         Slot.objects.filter(member__in=members)
         .values("member_id")
-        .annotate(top=Max("sequence"))
-        .values_list("member_id", "top")
-    )
-    used = dict(
-        Slot.objects.filter(member__in=members, state=SlotState.ASSIGNED)
-        .values("member_id")
-        .annotate(n=Count("id"))
-        .values_list("member_id", "n")
-    )
+        .annotate(highest=Max("sequence"), n=Count("id"))
+        .values_list("member_id", "highest", "n")
+    ):
+        top[member_id], rows[member_id] = highest, n
     room = {
-        m.id: (m.slot_count - used.get(m.id, 0)) if m.slot_count > 0 else count for m in members
+        m.id: (m.slot_count - rows.get(m.id, 0)) if m.slot_count > 0 else count for m in members
     }
     created: list[Slot] = []
     while len(created) < count and any(r > 0 for r in room.values()):
@@ -99,13 +98,27 @@ def _create_dynamic(count: int) -> list[tuple[int, int]]:
     return [(slot.id, slot.member_id) for slot in created]
 
 
+class _TooFew(Exception):
+    """Fewer slots than asked for: the take's savepoint is rolled back."""
+
+
 def take(count: int) -> list[tuple[int, int]] | None:
     """Lock ``count`` free slots (creating dynamic ones if needed), or None if there are not
-    enough: then nothing is taken (the locks go with the caller's transaction)."""
-    slots = _lock_free(count)
-    if len(slots) < count:
-        slots += _create_dynamic(count - len(slots))
-    return slots if len(slots) == count else None
+    enough: then nothing is taken. The take runs in a savepoint of the caller's transaction,
+    rolled back when it falls short, so neither the rows it created nor its locks outlive it
+    (the caller commits its own writes, a pending reason say, all the same)."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("take() needs the caller's transaction: its locks end with it")
+    try:
+        with transaction.atomic():
+            slots = _lock_free(count)
+            if len(slots) < count:
+                slots += _create_dynamic(count - len(slots))
+            if len(slots) < count:
+                raise _TooFew
+            return slots
+    except _TooFew:
+        return None
 
 
 def assign(slot_ids: list[int]) -> None:

@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q, Sum
+from django.db.models import Exists, F, OuterRef, Q, Sum
 from django.db.models.functions import Now
 
 from engine import counters
@@ -217,7 +217,7 @@ def _now():
 
 def _remove_job_state(record: JobCleanupRecord) -> str:
     """The job's running state: checkpoints and acks, split assignments, task groups (and any
-    slot one still owns), pipelines, control steps. The job row (its tombstone) and its
+    slot the job still holds), pipelines, control steps. The job row (its tombstone) and its
     history stay; the job's detail reads from the history from now on."""
     job = Job.objects.select_for_update(no_key=True).filter(id=record.job_id).first()
     if job is None:
@@ -234,9 +234,7 @@ def _remove_job_state(record: JobCleanupRecord) -> str:
             (counters.ROWS_RETIRED, "written", totals["written"] or 0),
         ]
     )
-    freed = Slot.objects.filter(
-        id__in=groups.filter(slot__isnull=False).values("slot_id"), state=SlotState.ASSIGNED
-    ).update(state=SlotState.FREE)
+    freed = _free_slots_held(job)
     acks, _ = TaskCheckpoint.objects.filter(checkpoint__job=job).delete()
     checkpoints, _ = Checkpoint.objects.filter(job=job).delete()
     splits, _ = SplitAssignment.objects.filter(pipeline__job=job).delete()
@@ -246,6 +244,26 @@ def _remove_job_state(record: JobCleanupRecord) -> str:
     return (
         f"{pipelines} pipelines, {task_groups} task groups, {checkpoints} checkpoints "
         f"({acks} acks), {splits} split assignments, {steps} control steps, {freed} slots freed"
+    )
+
+
+def _free_slots_held(job: Job) -> int:
+    """Free the slots the ended job still holds: none, as its task groups let go of theirs
+    when they ended; a slot another job's live task group holds is never the job's to free.
+
+    The slots are locked first (lock order: job, task groups, slots), so a take that is giving
+    one to another job has committed before the check looks for its holder."""
+    held = sorted(
+        TaskGroup.objects.filter(job=job, slot__isnull=False).values_list("slot_id", flat=True)
+    )
+    if not held:
+        return 0
+    list(Slot.objects.select_for_update(no_key=True).filter(id__in=held).order_by("id"))
+    others = TaskGroup.objects.live().filter(slot=OuterRef("pk")).exclude(job=job)
+    return (
+        Slot.objects.filter(id__in=held, state=SlotState.ASSIGNED)
+        .exclude(Exists(others))
+        .update(state=SlotState.FREE)
     )
 
 

@@ -152,7 +152,9 @@ def finish_task_group(
     lost_member_id: int | None = None,
     planned: bool = False,
 ) -> bool:
-    """A task group ends (FINISHED, FAILED or CANCELED): free its slot, roll up. Idempotent.
+    """A task group ends (FINISHED, FAILED or CANCELED): it lets go of its slot (freed, and
+    no longer named by it: the scheduler may give it to another job at once), roll up.
+    Idempotent.
 
     ``lost_member_id``: it failed because that member was lost (its pipeline may restore);
     ``planned``: the master moved it off that member because an operator drained it.
@@ -174,7 +176,8 @@ def finish_task_group(
         group.error_msg = error[:4000]
         group.lost_member_id = lost_member_id
         group.planned_move = planned and lost_member_id is not None
-        fields = ["status", "error_msg", "updated_at", "lost_member", "planned_move"]
+        held, group.slot_id = group.slot_id, None
+        fields = ["status", "error_msg", "updated_at", "lost_member", "planned_move", "slot"]
         group.updated_at = Now()
         if metrics is not None:
             (
@@ -192,8 +195,8 @@ def finish_task_group(
                 "cpu_seconds",
             ]
         group.save(update_fields=fields)
-        if group.slot_id:
-            slot_transitions.free(group.slot_id)
+        if held:
+            slot_transitions.free(held)
         events = [
             builders.taskgroup_status(
                 job.id, group.id, attempt, previous, status, member_id=group.member_id, error=error

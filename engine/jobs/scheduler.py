@@ -70,7 +70,8 @@ def deploy_on(
     deployments, events = [], []
     for group, (slot_id, member_id) in zip(groups, slots, strict=True):
         previous = group.status
-        group.slot_id, group.member_id = slot_id, member_id
+        group.slot_id = group.last_slot_id = slot_id
+        group.member_id = member_id
         group.status = ExecutionStatus.DEPLOYING
         group.attempt += 1
         group.error_msg = ""
@@ -98,6 +99,7 @@ def deploy_on(
         groups,
         [
             "slot",
+            "last_slot",
             "member",
             "status",
             "attempt",

@@ -13,7 +13,7 @@ from engine.states import CheckpointState, ExecutionStatus
 
 def with_groups(queryset):
     """Jobs with their pipelines and task groups (members and slots) prefetched."""
-    groups = TaskGroup.objects.select_related("member", "slot").order_by("kind", "index")
+    groups = TaskGroup.objects.select_related("member", "last_slot").order_by("kind", "index")
     return queryset.prefetch_related(Prefetch("pipelines__task_groups", queryset=groups))
 
 
@@ -27,7 +27,12 @@ def _group(group: TaskGroup) -> dict:
         "member": (
             {"uuid": str(group.member.uuid), "name": group.member.name} if group.member else None
         ),
-        "slot": {"id": group.slot.id, "sequence": group.slot.sequence} if group.slot else None,
+        # Where it runs, or ran last once it ended (an ended task group holds no slot).
+        "slot": (
+            {"id": group.last_slot.id, "sequence": group.last_slot.sequence}
+            if group.last_slot
+            else None
+        ),
         "errorMsg": group.error_msg,
         "metrics": {
             "sourceReceivedCount": group.source_received,

@@ -127,8 +127,14 @@ class TaskGroup(models.Model):
     member = models.ForeignKey(
         Member, null=True, blank=True, on_delete=models.SET_NULL, related_name="task_groups"
     )
+    #: The slot it holds: only while it is live (DEPLOYING to CANCELING). It lets go of it in
+    #: the transaction that ends it, so nothing can free a slot in its name afterwards.
     slot = models.ForeignKey(
         Slot, null=True, blank=True, on_delete=models.SET_NULL, related_name="task_groups"
+    )
+    #: Where its latest attempt ran (kept when it ends): for display only, never an ownership.
+    last_slot = models.ForeignKey(
+        Slot, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     error_msg = models.TextField(blank=True, default="")
     #: Set when the task group failed because its member was lost (such failures restore).
@@ -159,7 +165,18 @@ class TaskGroup(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["pipeline", "kind", "index"], name="taskgroup_pipeline_kind_index"
-            )
+            ),
+            # Exactly the slots a job holds are assigned: one live task group per slot, and
+            # an ended one holds none (the database refuses a double booking outright).
+            models.UniqueConstraint(
+                fields=["slot"],
+                condition=Q(status__in=sorted(EXECUTION_LIVE)),
+                name="taskgroup_one_live_per_slot",
+            ),
+            models.CheckConstraint(
+                condition=Q(slot__isnull=True) | Q(status__in=sorted(EXECUTION_LIVE)),
+                name="taskgroup_ended_holds_no_slot",
+            ),
         ]
         indexes = [models.Index(fields=["status"])]
 

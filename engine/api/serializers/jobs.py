@@ -97,7 +97,9 @@ class TaskGroupSourceRuntimeSerializer(serializers.Serializer):
 class TaskGroupSerializer(serializers.ModelSerializer):
     taskGroupId = serializers.IntegerField(source="id")
     member = MemberRefSerializer(allow_null=True)
-    slot = SlotRefSerializer(allow_null=True)
+    slot = SlotRefSerializer(
+        allow_null=True, help_text="the slot it runs on, or ran on last once it ended"
+    )
     errorMsg = serializers.CharField(source="error_msg")
     metrics = serializers.SerializerMethodField()
     sourceRuntime = TaskGroupSourceRuntimeSerializer(
