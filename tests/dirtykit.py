@@ -48,7 +48,8 @@ def kinds(job, kind: str) -> int:
 
 
 class Fault:
-    """Real failures of the tracking store: a trigger that rejects writes for chosen jobs."""
+    """Real failures of the tracking store: a trigger that rejects writes (inserts and updates)
+    of a table for chosen jobs."""
 
     def __init__(self) -> None:
         with connection.cursor() as cur:
@@ -67,8 +68,8 @@ class Fault:
             )
             for table in ("engine_dirtyjobstate", "engine_recoveryattempt"):
                 cur.execute(
-                    f"CREATE OR REPLACE TRIGGER test_dirty_fault BEFORE UPDATE ON {table} "
-                    "FOR EACH ROW EXECUTE FUNCTION test_dirty_fault()"
+                    "CREATE OR REPLACE TRIGGER test_dirty_fault BEFORE INSERT OR UPDATE"
+                    f" ON {table} FOR EACH ROW EXECUTE FUNCTION test_dirty_fault()"
                 )
 
     def on(self, job, table: str = "engine_dirtyjobstate") -> None:

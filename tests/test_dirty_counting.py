@@ -169,19 +169,24 @@ def test_reaching_the_threshold_changes_neither_status_nor_retries(engine):
     assert engine.summary(job)["dirty"] is True  # irreversible, and kept in history
 
 
-def test_stale_episodes_expire_after_the_pending_incident_ttl(engine, settings):
-    """(The TTL counts from the incident, restores waiting or not: tests/test_dirty_gaps.py.)"""
+def test_a_restore_still_to_deploy_keeps_its_episode_past_the_pending_incident_ttl(
+    engine, settings
+):
+    """The TTL ends only an episode that no restore can still deploy (tests/test_dirty_gaps.py
+    shows it ending one): not while the lost task groups are still to fail, nor while their
+    pipelines are FAILING, nor while their restores are prepared."""
     settings.ENGINE = {**settings.ENGINE, "dirty-task.pending-incident-ttl": 0.0}
     job, _ = running_job(engine)
-    victim = host_of_both_pipelines(engine, job)
-    engine.lose(victim)  # the incident is registered; it never reaches a deployment
-    episode = RecoveryEpisode.objects.get(job=job)
+    engine.lose(host_of_both_pipelines(engine, job))
+    assert not dirty.expire_stale_episodes(engine.epoch)
     engine.fail_lost()
+    assert not dirty.expire_stale_episodes(engine.epoch)
     engine.stop_failing()
-    assert dirty.expire_stale_episodes(engine.epoch)
-    episode.refresh_from_db()
-    assert episode.status == "ABORTED" and "expired" in episode.end_reason
-    assert engine.summary(job)["activeEpisodeId"] is None
+    assert {state for _, state in attempts(job)} == {"PREPARED"}
+    assert not dirty.expire_stale_episodes(engine.epoch)
+    engine.settle()
+    assert RecoveryEpisode.objects.get(job=job).status == "COMPLETED"
+    assert engine.summary(job)["recoveryAttemptCount"] == 1
 
 
 def test_an_obsolete_restore_aborts_its_attempt(engine):

@@ -17,6 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from django.db import connection
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from engine import dirty
@@ -43,30 +44,73 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_pending_incident_ttl_counts_from_the_incident_even_waiting_for_slots(engine):
+TTL = 600.0  # engine.dirty-task.pending-incident-ttl's default, 10m
+
+
+def age_incidents(job, seconds: float) -> None:
+    """Date the job's incidents back on the database's clock."""
+    MemberLossIncident.objects.filter(job=job).update(at=Now() - timedelta(seconds=seconds))
+
+
+def test_the_pending_incident_ttl_spares_a_restore_still_waiting_for_slots(engine):
+    """A restore waiting for slots past the TTL keeps its episode: when slots come and it
+    deploys, its attempt counts and the job reads CLEAN (it read UNKNOWN for ever)."""
     # A job filling two members of two slots: once one is lost, one pipeline restores on the
-    # slots the cancels free, and the other waits for slots.
+    # slots the cancels free, and the other waits for slots (there are none).
     hosts = [engine.add_member(slots=2) for _ in range(2)]
     job = engine.submit(threshold=2)
     engine.schedule()
     engine.run_deployed()
     engine.lose(hosts[0])
     engine.settle()
-    assert not engine.running(job)
-    assert RecoveryAttempt.objects.filter(job=job, state="PREPARED").exists()  # waiting
-    episode = RecoveryEpisode.objects.get(job=job)
-    assert not dirty.expire_stale_episodes(engine.epoch)  # a young incident: kept
+    assert engine.restore_due() == ["waiting for slots"]
+    assert RecoveryAttempt.objects.filter(job=job, state="PREPARED").count() == 1
+    age_incidents(job, TTL + 60)
+    expired = dirty.expire_stale_episodes(engine.epoch)
 
-    ttl = 600.0  # the default, 10m
-    MemberLossIncident.objects.filter(job=job).update(
-        at=timezone.now() - timedelta(seconds=ttl + 60)
-    )
-    # The episode itself was active just now (its restore keeps retrying): not what counts.
-    RecoveryEpisode.objects.filter(id=episode.id).update(last_activity_at=timezone.now())
+    engine.add_member(slots=2)
+    engine.settle()
+    assert engine.running(job)
+    s = engine.summary(job)
+    assert (s["evaluationStatus"], s["trackingComplete"], s["recoveryAttemptCount"]) == (
+        "CLEAN",
+        True,
+        1,
+    ), s
+    assert set(RecoveryAttempt.objects.filter(job=job).values_list("state", flat=True)) == {
+        "CONFIRMED"
+    }
+    assert RecoveryEpisode.objects.get(job=job).status == "COMPLETED"
+    assert not expired
+
+
+def test_the_pending_incident_ttl_ends_an_episode_no_restore_can_deploy_by_the_database_clock(
+    engine, fault, monkeypatch
+):
+    """The restores deployed without an attempt (their preparation failed: the job reads UNKNOWN
+    already) and the job runs again: nothing of the episode can deploy any more, and it can
+    never complete (no attempt of it is confirmed), so an incident older than the TTL ends it;
+    older on the database's clock, not on a master's that runs an hour ahead."""
+    job, _ = running_job(engine)
+    engine.lose(host_of_both_pipelines(engine, job))
+    fault.on(job, "engine_recoveryattempt")
+    engine.fail_lost()
+    engine.stop_failing()  # the restores are requested; preparing their attempts fails
+    fault.off()
+    engine.settle()
+    assert engine.running(job) and not RecoveryAttempt.objects.filter(job=job).exists()
+    age_incidents(job, TTL - 60)
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(hours=1))
+    assert not dirty.expire_stale_episodes(engine.epoch)
+    monkeypatch.undo()
+    assert RecoveryEpisode.objects.get(job=job).status == "ACTIVE"
+    age_incidents(job, TTL + 60)
     assert dirty.expire_stale_episodes(engine.epoch)
-    episode.refresh_from_db()
+    episode = RecoveryEpisode.objects.get(job=job)
     assert episode.status == "ABORTED" and "pending-incident-ttl" in episode.end_reason
-    assert engine.summary(job)["activeEpisodeId"] is None
+    s = engine.summary(job)
+    assert s["activeEpisodeId"] is None and s["evaluationStatus"] == "UNKNOWN"
 
 
 def test_job_detail_carries_the_recent_episodes_and_lists_do_not(engine, api):

@@ -4,11 +4,9 @@ at the job's end by engine.dirty.history)."""
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 from django.db import connection, transaction
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from engine.dirty import events as dirty_events
 from engine.dirty.tracking import contained, lock_state, options
@@ -25,10 +23,13 @@ from engine.models import (
     TaskGroup,
 )
 from engine.states import (
+    EXECUTION_DEPLOYED,
     JOB_TERMINAL,
     AttemptState,
     EpisodeStatus,
     ExecutionStatus,
+    JobStatus,
+    MemberState,
 )
 
 log = logging.getLogger("keel.dirty")
@@ -111,23 +112,37 @@ def _prune(job_id: int) -> None:
         RecoveryEpisode.objects.filter(id__in=old).delete()
 
 
-#: ACTIVE episodes holding an incident older than the cutoff that has not reached deployment:
-#: no attempt of the episode was confirmed at or after it, or a restore of the episode still
-#: waits (PREPARED: for slots, say). Its lifetime is over. An episode with no incident at all
-#: (bound by restore preparation) ages from its start.
+#: ACTIVE episodes whose pending-incident TTL is over, read on the database's clock (``now()``).
+#: The TTL applies only where no restore of the episode can still deploy: none deployed and
+#: awaits its confirmation (a PREPARED attempt whose pipeline's restore count reached it: the
+#: reconciliation confirms it), no pipeline of the live job is FAILING (its restore waits for
+#: slots, or is about to be prepared), and no task group is left on a lost member (its restore
+#: is still to come). Then: it holds an incident older than the TTL that no confirmed attempt
+#: followed (or that left a PREPARED attempt that cannot deploy any more); an episode with no
+#: incident at all (bound by restore preparation) ages from its start.
 _STALE = """
 SELECT e.id, e.job_id
   FROM engine_recoveryepisode e
  WHERE e.status = %(active)s
    AND (%(only)s::bigint IS NULL OR e.id = %(only)s::bigint)
+   AND NOT EXISTS (SELECT 1 FROM engine_recoveryattempt a
+                     JOIN engine_pipeline p ON p.id = a.pipeline_id
+                    WHERE a.episode_id = e.id AND a.state = %(prepared)s
+                      AND p.restore_count >= a.restore_number)
+   AND NOT EXISTS (SELECT 1 FROM engine_pipeline p JOIN engine_job j ON j.id = p.job_id
+                    WHERE p.job_id = e.job_id AND p.status = %(failing)s
+                      AND j.status = ANY(%(live)s))
+   AND NOT EXISTS (SELECT 1 FROM engine_taskgroup g JOIN engine_member m ON m.id = g.member_id
+                    WHERE g.job_id = e.job_id AND g.status = ANY(%(deployed)s)
+                      AND m.state <> %(alive)s)
    AND (EXISTS (SELECT 1 FROM engine_memberlossincident i
-                 WHERE i.episode_id = e.id AND i.at < %(cutoff)s
+                 WHERE i.episode_id = e.id AND i.at < now() - %(ttl)s * interval '1 second'
                    AND (NOT EXISTS (SELECT 1 FROM engine_recoveryattempt a
                                      WHERE a.episode_id = e.id AND a.state = %(confirmed)s
                                        AND a.ended_at >= i.at)
                         OR EXISTS (SELECT 1 FROM engine_recoveryattempt a
                                     WHERE a.episode_id = e.id AND a.state = %(prepared)s)))
-        OR (e.started_at < %(cutoff)s
+        OR (e.started_at < now() - %(ttl)s * interval '1 second'
             AND NOT EXISTS (SELECT 1 FROM engine_memberlossincident i WHERE i.episode_id = e.id)
             AND NOT EXISTS (SELECT 1 FROM engine_recoveryattempt a
                              WHERE a.episode_id = e.id AND a.state = %(confirmed)s)))
@@ -136,7 +151,7 @@ SELECT e.id, e.job_id
 """
 
 
-def _stale(cutoff, only: int | None = None) -> list[tuple[int, int]]:
+def _stale(only: int | None = None) -> list[tuple[int, int]]:
     with connection.cursor() as cur:
         cur.execute(
             _STALE,
@@ -144,7 +159,11 @@ def _stale(cutoff, only: int | None = None) -> list[tuple[int, int]]:
                 "active": EpisodeStatus.ACTIVE,
                 "confirmed": AttemptState.CONFIRMED,
                 "prepared": AttemptState.PREPARED,
-                "cutoff": cutoff,
+                "failing": ExecutionStatus.FAILING,
+                "live": [JobStatus.SCHEDULED.value, JobStatus.RUNNING.value],
+                "deployed": sorted(s.value for s in EXECUTION_DEPLOYED),
+                "alive": MemberState.ALIVE,
+                "ttl": options().pending_incident_ttl,
                 "only": only,
             },
         )
@@ -152,16 +171,15 @@ def _stale(cutoff, only: int | None = None) -> list[tuple[int, int]]:
 
 
 def expire_stale_episodes(epoch: int) -> bool:
-    """Active-master housekeeping: abort episodes with an incident that has not reached a
-    deployment within ``pending-incident-ttl`` of the incident itself, whatever else happened
-    in the episode since, and also while its restore still waits (for slots, say): the seed's
-    bound on how long an incident may stay pending. A restore that deploys after that finds its
-    attempt ended and reads the job UNKNOWN (an operator may acknowledge it)."""
-    cutoff = timezone.now() - timedelta(seconds=options().pending_incident_ttl)
+    """Active-master housekeeping: abort episodes with an incident that reached no deployment
+    within ``pending-incident-ttl`` of the incident itself, once no restore of the episode can
+    still deploy (the seed's bound on a pending incident). A restore that waits for slots keeps
+    its episode however long it waits: expiring it would leave its deployment uncounted and the
+    job UNKNOWN for ever. Ages are read on the database's clock, never on this master's."""
     did = False
-    for episode_id, job_id in _stale(cutoff):
+    for episode_id, job_id in _stale():
         try:
-            did = _expire(epoch, episode_id, job_id, cutoff) or did
+            did = _expire(epoch, episode_id, job_id) or did
         except StaleEpoch:
             raise
         except Exception:
@@ -169,7 +187,7 @@ def expire_stale_episodes(epoch: int) -> bool:
     return did
 
 
-def _expire(epoch: int, episode_id: int, job_id: int, cutoff) -> bool:
+def _expire(epoch: int, episode_id: int, job_id: int) -> bool:
     with fenced(epoch):
         job = Job.objects.select_for_update(no_key=True).filter(id=job_id).first()
         state = lock_state(job_id)
@@ -178,7 +196,7 @@ def _expire(epoch: int, episode_id: int, job_id: int, cutoff) -> bool:
             job is None
             or state is None
             or state.active_episode_id != episode_id
-            or not _stale(cutoff, only=episode_id)
+            or not _stale(only=episode_id)
         ):
             return False
         append_events(
@@ -187,7 +205,7 @@ def _expire(epoch: int, episode_id: int, job_id: int, cutoff) -> bool:
                 episode_id,
                 EpisodeStatus.ABORTED,
                 "expired: an incident reached no deployment within "
-                "engine.dirty-task.pending-incident-ttl",
+                "engine.dirty-task.pending-incident-ttl, and no restore of it can deploy",
                 epoch,
             )
         )
