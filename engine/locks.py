@@ -11,7 +11,8 @@ LEADERSHIP = (19269, 1)
 #: (namespace, 2): transaction-scoped; serialises event appends so ``seq`` commits in order.
 EVENT_APPEND = (19269, 2)
 #: (namespace, 3): transaction-scoped; orders a tracking-enabled job's submission with an
-#: older-protocol member's registration, so one of them always sees the other (and is refused).
+#: older-protocol member's registration or master's takeover, so one of them always sees the
+#: other (and is refused).
 DIRTY_VERSION_GATE = (19269, 3)
 #: (namespace, member id): held by a member's membership session for the member's whole life.
 MEMBER_NAMESPACE = 19270

@@ -2,8 +2,8 @@
 PostgreSQL through the engine's own steps: the pending-incident TTL counts from the incident
 (and covers an episode waiting for slots), recent episodes are in job detail, a running job's
 incidents are bounded, negative sizes are refused at startup, an operator acknowledges an
-UNKNOWN job, an older member cannot join while tracked jobs run, old masters are seen, and the
-submit check holds against a racing registration."""
+UNKNOWN job, an older member cannot join nor an older master campaign while tracked jobs run,
+old masters are seen, and the submit check holds against a racing registration."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from engine import dirty
 from engine.cluster import membership
+from engine.cluster.election import Leadership, MasterRefused
 from engine.jobconfig import ConfigError
 from engine.jobs.submission import submit_job
 from engine.locks import EVENT_APPEND
@@ -29,6 +30,7 @@ from engine.models import (
     EngineEvent,
     Job,
     MasterCandidate,
+    MasterLease,
     Member,
     MemberLossIncident,
     RecoveryAttempt,
@@ -204,6 +206,40 @@ def test_an_older_member_cannot_join_while_tracked_jobs_run(engine, caplog):
     session = membership.register_member("old-1", 4, SlotMode.FIXED, protocol_version=1)
     session.close()
     assert Member.objects.get(name="old-1").protocol_version == 1
+
+
+def test_an_older_master_cannot_campaign_while_tracked_jobs_run(engine, caplog):
+    """As an older worker cannot join, with the same message: the lease and the lock are left
+    to current masters, and so is a takeover that a tracked job's submission overtook. Once no
+    tracked job runs it may lead, and from its takeover on it refuses enabling."""
+    engine.add_member(slots=8)
+    job = engine.submit(threshold=2)
+    with pytest.raises(membership.MemberRefused) as worker:
+        membership.register_member("old-1", 4, SlotMode.FIXED, protocol_version=1)
+    old = Leadership("master-old", lease_timeout=3.0, protocol_version=1)
+    try:
+        assert not old.campaign() and not old.campaign() and not old.active
+        assert old.refused == (
+            str(worker.value)
+            .replace("member old-1", "master master-old")
+            .replace("cannot join", "cannot campaign")
+            .replace("this worker", "this master")
+        )
+        assert f"jobs {job.id}" in old.refused
+        assert caplog.text.count(f"campaign refused: {old.refused}") == 1  # once, not per try
+        assert old._lock_conn is None  # it never took the leadership lock
+        with pytest.raises(MasterRefused, match="master master-old runs protocol 1 and cannot"):
+            old._take_over()  # a tracked job submitted between its check and its takeover
+        assert MasterLease.objects.get(id=1).epoch == engine.epoch
+        assert not EngineEvent.objects.filter(kind="master.elected").exists()
+
+        engine.cancel(job)
+        assert old.campaign() and old.refused == "" and old.epoch == engine.epoch + 1
+        # Seen as an older master from its takeover, before its loop records it.
+        with pytest.raises(ConfigError, match="master master-old runs protocol 1"):
+            engine.submit(threshold=2)
+    finally:
+        old.step_down()
 
 
 def test_an_older_master_refuses_enabling_as_an_older_member_does(engine, api):

@@ -10,6 +10,9 @@ lease row (``MasterLease``) whose epoch is the fencing token. Why both (docs/dec
   clock, a standby ends that session (``pg_terminate_backend``, only if it really is the holder's
   lock session) and takes the lock;
 - the epoch makes the old master harmless whatever it believes: every master write is fenced.
+
+A master of a protocol older than dirty-job tracking needs does not campaign while a job that
+tracks its recovery runs (engine.cluster.versions), as an older worker does not join.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ import psycopg
 from django.db import connection, transaction
 
 from engine import events as builders
+from engine.cluster.versions import tracking_refusal
 from engine.dbsession import connect_dedicated
 from engine.events import append_event
 from engine.fencing import StaleEpoch, fenced
 from engine.locks import LEADERSHIP
 from engine.models import MasterCandidate
-from engine.protocol import PROTOCOL_VERSION
+from engine.protocol import DIRTY_TRACKING_SINCE, PROTOCOL_VERSION
 from engine.states import CandidateState
 
 log = logging.getLogger("keel.election")
@@ -43,6 +47,10 @@ class LeadershipLost(Exception):
     """The session that held the leadership lock is gone."""
 
 
+class MasterRefused(Exception):
+    """This master may not lead now (it runs a protocol too old for what runs)."""
+
+
 @dataclass
 class Term:
     epoch: int
@@ -52,10 +60,15 @@ class Term:
 class Leadership:
     """One master process's view of leadership: campaign, renew, resign."""
 
-    def __init__(self, name: str, lease_timeout: float) -> None:
+    def __init__(
+        self, name: str, lease_timeout: float, protocol_version: int = PROTOCOL_VERSION
+    ) -> None:
         self.name = name
         self.lease_timeout = lease_timeout
+        self.protocol_version = protocol_version
         self.term: Term | None = None
+        #: Why the last campaign was refused ("" once one is not): logged when it changes.
+        self.refused = ""
         self._lock_conn: psycopg.Connection | None = None
 
     @property
@@ -143,24 +156,54 @@ class Leadership:
     # -- steps -------------------------------------------------------------------------------
 
     def campaign(self) -> bool:
-        """Standby step: take leadership if it is free; True when this process became active."""
-        if self.active:
+        """Standby step: take leadership if it is free; True when this process became active.
+        An older master refused (tracked jobs run) does not even try for the lock."""
+        if self.active or self._refused_now():
             return False
         if not self._try_lock():
             if not self._end_expired_holder() or not self._try_lock():
                 return False
         try:
             self.term = self._take_over()
+        except MasterRefused as exc:  # a tracked job was submitted since _refused_now
+            self._drop_lock_session()
+            self._refuse(str(exc))
+            return False
         except BaseException:
             self._drop_lock_session()  # releases the lock
             raise
+        self.refused = ""
         log.info("%s is the active master with epoch %s", self.name, self.term.epoch)
         return True
+
+    def _refusal(self, cur) -> str:
+        return tracking_refusal(
+            cur, f"master {self.name}", self.protocol_version, "campaign", "master"
+        )
+
+    def _refused_now(self) -> bool:
+        if self.protocol_version >= DIRTY_TRACKING_SINCE:
+            return False
+        with transaction.atomic(), connection.cursor() as cur:
+            message = self._refusal(cur)
+        if message:
+            self._refuse(message)
+        return bool(message)
+
+    def _refuse(self, message: str) -> None:
+        if message != self.refused:
+            log.error("campaign refused: %s", message)
+        self.refused = message
 
     def _take_over(self) -> Term:
         lock_pid = self._lock_session().info.backend_pid
         with transaction.atomic():
             with connection.cursor() as cur:
+                # The check again, under the gate, for the takeover: of this and a tracked
+                # job's submission, one always sees the other.
+                message = self._refusal(cur)
+                if message:
+                    raise MasterRefused(message)
                 # Waits for fenced transactions of the previous epoch (FOR KEY SHARE) to finish;
                 # a frozen one is ended by idle_in_transaction_session_timeout.
                 cur.execute("SET LOCAL lock_timeout = '1000ms'")
@@ -177,6 +220,10 @@ class Leadership:
                     [self.name, lock_pid, self.lease_timeout],
                 )
                 epoch, since = cur.fetchone()
+            if self.protocol_version < DIRTY_TRACKING_SINCE:
+                # Seen by a tracked job's submission from the moment this commits (the loop
+                # records it only afterwards), so that submission is refused.
+                record_candidate(self.name, self, state=CandidateState.ACTIVE, epoch=epoch)
             append_event(
                 builders.master_elected(epoch, self.name, os.getpid(), socket.gethostname())
             )
@@ -245,8 +292,10 @@ def record_candidate(
     *,
     rejected_epoch: int | None = None,
     state: str | None = None,
+    epoch: int | None = None,
 ) -> None:
-    """Upsert this master's own candidate row (not a fenced write: it is the process's own)."""
+    """Upsert this master's own candidate row (not a fenced write: it is the process's own);
+    ``epoch``: the one it is taking over, before its term is set."""
     if state is None:
         state = CandidateState.ACTIVE if leadership.active else CandidateState.STANDBY
     with connection.cursor() as cur:
@@ -272,12 +321,19 @@ def record_candidate(
                 "pid": os.getpid(),
                 "host": socket.gethostname(),
                 "state": state,
-                "epoch": leadership.epoch,
+                "epoch": leadership.epoch if epoch is None else epoch,
                 "rej": 1 if rejected_epoch is not None else 0,
                 "rej_epoch": rejected_epoch,
-                "protocol": PROTOCOL_VERSION,
+                "protocol": leadership.protocol_version,
             },
         )
 
 
-__all__ = ["Leadership", "LeadershipLost", "MasterCandidate", "StaleEpoch", "record_candidate"]
+__all__ = [
+    "Leadership",
+    "LeadershipLost",
+    "MasterCandidate",
+    "MasterRefused",
+    "StaleEpoch",
+    "record_candidate",
+]

@@ -25,15 +25,15 @@ from django.db import DatabaseError, connection, transaction
 from engine import dirty
 from engine import events as builders
 from engine.cluster.slots import create_fixed_slots
+from engine.cluster.versions import tracking_refusal
 from engine.connectors.jdbc_writers import member_sink_sessions
 from engine.dbsession import connect_dedicated, django_application_name
 from engine.events import append_events
 from engine.fencing import fenced
-from engine.locks import DIRTY_VERSION_GATE, EVENT_APPEND, MEMBER_NAMESPACE, member_lock_key
+from engine.locks import EVENT_APPEND, MEMBER_NAMESPACE, member_lock_key
 from engine.models import Member
-from engine.protocol import DIRTY_TRACKING_SINCE, PROTOCOL_VERSION
+from engine.protocol import PROTOCOL_VERSION
 from engine.states import (
-    JOB_TERMINAL,
     MEMBER_TRANSITIONS,
     DrainState,
     LeaveClassification,
@@ -179,8 +179,7 @@ def register_member(
     conn = connect_dedicated(member_application_name(member_uuid))
     try:
         with conn.transaction():
-            if protocol_version < DIRTY_TRACKING_SINCE:
-                _refuse_if_tracking(conn, name, protocol_version)
+            _refuse_if_tracking(conn, name, protocol_version)
             member_id = conn.execute(
                 """
                 INSERT INTO engine_member
@@ -231,22 +230,10 @@ def register_member(
 
 
 def _refuse_if_tracking(conn: psycopg.Connection, name: str, protocol_version: int) -> None:
-    """Under the gate a tracking-enabled job's submission takes too (engine.locks)."""
-    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", DIRTY_VERSION_GATE)
-    running = [
-        row[0]
-        for row in conn.execute(
-            "SELECT id FROM engine_job WHERE dirty_threshold > 0 AND status <> ALL(%s)"
-            " ORDER BY id LIMIT 5",
-            (sorted(JOB_TERMINAL),),
-        )
-    ]
-    if running:
-        message = (
-            f"member {name} runs protocol {protocol_version} and cannot join while jobs that "
-            f"track their recovery run (jobs {', '.join(map(str, running))}): they need "
-            f"protocol {DIRTY_TRACKING_SINCE} on every member; upgrade this worker"
-        )
+    """Under the gate a tracking-enabled job's submission takes too (engine.cluster.versions)."""
+    with conn.cursor() as cur:
+        message = tracking_refusal(cur, f"member {name}", protocol_version, "join", "worker")
+    if message:
         log.error("registration refused: %s", message)
         raise MemberRefused(message)
 

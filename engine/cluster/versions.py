@@ -1,0 +1,33 @@
+"""The rolling-upgrade rule on the cluster's side: while a job that tracks its recovery runs, a
+process of a protocol older than dirty-job tracking needs may neither join as a member nor
+campaign as a master, since it could not take part in the tracking (docs/decisions/0007). Both
+check under the gate a tracked job's submission takes, so of the two one always sees the other
+(engine.locks)."""
+
+from __future__ import annotations
+
+from engine.locks import DIRTY_VERSION_GATE
+from engine.protocol import DIRTY_TRACKING_SINCE
+from engine.states import JOB_TERMINAL
+
+
+def tracking_refusal(cur, who: str, protocol_version: int, action: str, upgrade: str) -> str:
+    """Inside the caller's transaction, under the gate: why ``who`` (``member NAME`` or
+    ``master NAME``) may not ``action`` now, or ``""`` if it may. ``cur``: a DB-API cursor
+    (psycopg's or Django's); ``upgrade``: what to upgrade (``worker``, ``master``)."""
+    if protocol_version >= DIRTY_TRACKING_SINCE:
+        return ""
+    cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", DIRTY_VERSION_GATE)
+    cur.execute(
+        "SELECT id FROM engine_job WHERE dirty_threshold > 0 AND status <> ALL(%s)"
+        " ORDER BY id LIMIT 5",
+        (sorted(JOB_TERMINAL),),
+    )
+    running = [row[0] for row in cur.fetchall()]
+    if not running:
+        return ""
+    return (
+        f"{who} runs protocol {protocol_version} and cannot {action} while jobs that track "
+        f"their recovery run (jobs {', '.join(map(str, running))}): they need protocol "
+        f"{DIRTY_TRACKING_SINCE} on every member; upgrade this {upgrade}"
+    )
