@@ -4,6 +4,8 @@ envelopes admitted into the readers' bounded mailboxes.
 
 - A BATCH FakeSource job in Lane A finishes with every row exactly once, and job detail shows
   each task group's runtime metrics (mailbox, admissions, assignments).
+- The enumerator's assignment tracker, as job detail counts it, holds each new file's split
+  ADMITTED until a completed checkpoint proves it (a STREAMING job that checkpoints once).
 - A STREAMING LocalFile job in Lane A into Jdbc, discovering new files every 200 ms, survives
   kill -9 of a reader's worker and then of the enumerator's worker: files dropped before, during
   and after the kills are all read, and every row is in the table exactly once.
@@ -19,6 +21,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from engine.sourceruntime.choices import AssignmentState
 from tests.clusterkit import Cluster, wait_for
 from tests.test_jobs_cluster import TERMINAL, data_db, job, post, submit, wait_status
 
@@ -74,11 +77,49 @@ def test_a_batch_fakesource_job_runs_in_lane_a_exactly_once(lane_a, tmp_path):
     enumerator = group(detail, "ENUMERATOR")["sourceRuntime"]
     assert enumerator["admissions"].get("ACCEPTED", 0) >= 5 + 2  # 5 splits, 2 no-more-splits
     assert set(enumerator["mailbox"]) == {"commands", "bytes", "reservedInUse", "oldestAgeMs"}
-    assert set(enumerator["assignments"]) >= {"DISPATCHED", "ADMITTED", "CHECKPOINT_INCLUDED"}
+    held = enumerator["assignments"]  # every split admitted, each proven or not yet
+    assert held == tracked(ADMITTED=held["ADMITTED"]) and held["ADMITTED"] <= 5
     readers = [group(detail, "READER", i)["sourceRuntime"] for i in (0, 1)]
     assert sum(r["assignments"]["APPLIED"] for r in readers) == 5
     assert all(r["admissions"].get("ACCEPTED", 0) >= 2 for r in readers)
     assert all(r["poll"]["records"] > 0 for r in readers)
+
+
+def tracked(**counts: int) -> dict[str, int]:
+    """The enumerator's assignment counts as job detail shows them: every state, these set."""
+    return {**{state.value: 0 for state in AssignmentState}, **counts}
+
+
+def test_the_tracker_holds_each_new_split_until_a_checkpoint_proves_it(lane_a, tmp_path):
+    """Checkpoints every 10 minutes: the first, at the start, completes before any file is
+    there; each file dropped after it is a split the tracker keeps ADMITTED (dispatched and
+    admitted, proven by no checkpoint), so the enumerator's reports count 1, then 2, then 3."""
+    lane_a.restore()
+    inbox = Inbox(tmp_path / "tracked")
+    inbox.directory.mkdir()
+    job_id = submit(
+        lane_a,
+        textwrap.dedent(f"""
+        env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 600000 }}
+        source {{ LocalFile {{ path = "{inbox.directory}", file_format_type = csv,
+                              file.discovery.interval = 200,
+                              schema {{ fields {{ id = bigint, name = string }} }} }} }}
+        sink {{ Blackhole {{ }} }}
+        """),
+    )
+
+    def counts() -> dict | None:
+        runtime = group(job(lane_a, job_id), "ENUMERATOR").get("sourceRuntime") or {}
+        return runtime.get("assignments")
+
+    wait_for(lambda: lane_a.checkpoints_completed(job_id) == 1, 30, what="the first checkpoint")
+    for n in (1, 2, 3):
+        inbox.drop()
+        wait_for(lambda n=n: counts() == tracked(ADMITTED=n), 15, what=f"{n} splits tracked")
+    readers = [group(job(lane_a, job_id), "READER", i)["sourceRuntime"] for i in (0, 1)]
+    assert sum(r["assignments"]["APPLIED"] for r in readers) == 3
+    assert post(lane_a, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
+    assert wait_status(lane_a, job_id, TERMINAL, timeout=30)["jobStatus"] == "CANCELED"
 
 
 class Inbox:
