@@ -6,6 +6,9 @@ attempts and events the tracker recorded; ``Fault`` makes the tracking store fai
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from django.db import connection
 
 from engine.models import EngineEvent, Pipeline, RecoveryAttempt, TaskGroup
@@ -90,3 +93,23 @@ class Fault:
             cur.execute("DROP TRIGGER test_dirty_fault ON engine_dirtyjobstate")
             cur.execute("DROP TRIGGER test_dirty_fault ON engine_recoveryattempt")
             cur.execute("DROP FUNCTION test_dirty_fault")
+
+
+@contextmanager
+def history_fault() -> Iterator[None]:
+    """A real failure of the finished-job record: a trigger that rejects every insert."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            CREATE FUNCTION test_history_fault() RETURNS trigger AS $$
+            BEGIN RAISE EXCEPTION 'injected history failure'; END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER test_history_fault BEFORE INSERT ON history_jobhistory
+               FOR EACH ROW EXECUTE FUNCTION test_history_fault();
+            """
+        )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("DROP TRIGGER test_history_fault ON history_jobhistory")
+            cur.execute("DROP FUNCTION test_history_fault")

@@ -26,7 +26,7 @@ from engine.models import (
     TaskGroup,
 )
 from history.models import JobHistory
-from tests.dirtykit import attempts, host_of_both_pipelines, kinds, running_job
+from tests.dirtykit import attempts, history_fault, host_of_both_pipelines, kinds, running_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -163,16 +163,7 @@ def test_a_failed_history_snapshot_keeps_dirty_and_is_written_later(engine):
     engine.settle()
     running = engine.summary(job)
     assert running["evaluationStatus"] == "DIRTY"
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            CREATE FUNCTION test_history_fault() RETURNS trigger AS $$
-            BEGIN RAISE EXCEPTION 'injected history failure'; END $$ LANGUAGE plpgsql;
-            CREATE TRIGGER test_history_fault BEFORE INSERT ON history_jobhistory
-               FOR EACH ROW EXECUTE FUNCTION test_history_fault();
-            """
-        )
-    try:
+    with history_fault():
         engine.cancel(job)
         assert Job.objects.get(id=job.id).status == "CANCELED"
         assert not JobHistory.objects.filter(job=job).exists()
@@ -182,14 +173,71 @@ def test_a_failed_history_snapshot_keeps_dirty_and_is_written_later(engine):
         # Surfaced, by the record and by the tracker, whose gap says why it is incomplete.
         assert kinds(job, "job.history-failed") == kinds(job, "dirty.tracker-failed") == 1
         assert "history snapshot" in finished["incompleteReason"]
-    finally:
-        with connection.cursor() as cur:
-            cur.execute("DROP TRIGGER test_history_fault ON history_jobhistory")
-            cur.execute("DROP FUNCTION test_history_fault")
     engine.new_master()
     assert JobHistory.objects.get(job=job).dirty_task["dirty"] is True
     assert not DirtyJobState.objects.filter(job_id=job.id).exists()
     assert engine.summary(job) == {**running, "activeEpisodeId": None}
+
+
+def redeployed_unconfirmed(engine, fault, threshold: int = 1):
+    """A running job whose lost pipelines redeployed while their confirmations failed (the
+    fault stays on): attempts PREPARED, repairable gaps, the deployment not counted yet."""
+    job, _ = running_job(engine, threshold=threshold)
+    engine.lose(host_of_both_pipelines(engine, job))
+    engine.fail_lost()
+    engine.stop_failing()
+    fault.on(job, "engine_recoveryattempt")
+    assert engine.restore_due() == ["restored", "restored"]
+    engine.run_deployed()
+    assert engine.running(job) and {s for _, s in attempts(job)} == {"PREPARED"}
+    return job
+
+
+def test_an_ended_jobs_deployment_is_confirmed_before_its_gaps_go_and_its_record_is_written(
+    engine, fault
+):
+    """The job ended while its confirmations failed, and its record failed with them: the
+    next master confirms the deployment first, and its gaps stay until the record is written
+    (they went first, and the job read CLEAN with the deployment uncounted)."""
+    job = redeployed_unconfirmed(engine, fault, threshold=2)
+    engine.cancel(job)
+    assert not JobHistory.objects.filter(job=job).exists()
+    assert engine.summary(job)["evaluationStatus"] == "UNKNOWN"
+    fault.off()
+    with history_fault():
+        engine.new_master()  # confirms; the record fails again
+        s = engine.summary(job)
+        assert (s["evaluationStatus"], s["recoveryAttemptCount"], s["trackingComplete"]) == (
+            "UNKNOWN",
+            1,
+            False,
+        ), s
+    engine.new_master()
+    record = JobHistory.objects.get(job=job)
+    s = record.dirty_task
+    assert (s["evaluationStatus"], s["recoveryAttemptCount"], s["trackingComplete"]) == (
+        "CLEAN",
+        1,
+        True,
+    ), s
+    assert {a["state"] for a in record.episodes[0]["attempts"]} == {"CONFIRMED"}
+    assert not DirtyJobState.objects.filter(job_id=job.id).exists()
+    assert not DirtyTrackingGap.objects.filter(job=job).exists()
+
+
+def test_a_job_ending_before_its_confirmation_is_repaired_records_the_deployment(engine, fault):
+    """The job ends before any reconciliation: its record confirms the deployment itself
+    before taking the summary (it read UNKNOWN for ever, the deployment uncounted)."""
+    job = redeployed_unconfirmed(engine, fault, threshold=2)
+    fault.off()
+    engine.cancel(job)
+    s = JobHistory.objects.get(job=job).dirty_task
+    assert (s["evaluationStatus"], s["recoveryAttemptCount"], s["trackingComplete"]) == (
+        "CLEAN",
+        1,
+        True,
+    ), s
+    assert kinds(job, "dirty.repaired") == 1
 
 
 def test_a_member_event_nobody_handled_becomes_gaps_of_the_jobs_of_that_time(engine):

@@ -4,6 +4,7 @@ when it reaches DEPLOYING, aborted when the restore becomes obsolete."""
 from __future__ import annotations
 
 from django.db import transaction
+from django.db.models import F
 from django.db.models.functions import Now
 
 from engine import counters
@@ -180,6 +181,25 @@ def confirm(state: DirtyJobState, attempt: RecoveryAttempt, epoch: int | None) -
             state.recovery_attempt_count,
         ),
     )
+    return events
+
+
+def deployed_unconfirmed(job_id: int):
+    """PREPARED attempts of the job whose deployment happened (their pipeline's restore count
+    reached them): a confirmation that failed, still to redo."""
+    return RecoveryAttempt.objects.filter(
+        job_id=job_id,
+        state=AttemptState.PREPARED,
+        pipeline__restore_count__gte=F("restore_number"),
+    )
+
+
+def confirm_deployed(state: DirtyJobState, epoch: int | None) -> list[EngineEvent]:
+    """Confirm every deployed attempt of the job whose confirmation failed (state row locked):
+    before the job's end freezes its count, so the deployment is counted, not lost."""
+    events: list[EngineEvent] = []
+    for attempt in deployed_unconfirmed(state.job_id).order_by("id"):
+        events += confirm(state, attempt, epoch)
     return events
 
 

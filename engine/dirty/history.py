@@ -2,12 +2,15 @@
 
 Its summary and recent episodes are frozen into the record and the running state is removed, in
 the record's transaction: if the record cannot be written, the running state stays (DIRTY is
-never lost), reads go on from it, and the record is written later.
+never lost), reads go on from it, and the record is written later. Before the summary is
+frozen, a deployment whose confirmation failed is confirmed, and so counted: every repairable
+gap is then repaired, and goes with the rest.
 """
 
 from __future__ import annotations
 
 from engine.dirty import events as dirty_events
+from engine.dirty.attempts import confirm_deployed
 from engine.dirty.episodes import end_episode
 from engine.dirty.reading import Sequences, episode_list, summary
 from engine.dirty.tracking import contained, lock_state
@@ -25,12 +28,21 @@ from history.contributions import HistoryPart
 
 
 def history_part(job: Job, epoch: int | None) -> HistoryPart:
-    """The ended job's summary and episodes (its active episode aborted first); its running
-    state goes with the record. Nothing for a job that does not track dirty state."""
+    """The ended job's summary and episodes; its running state goes with the record. Nothing for
+    a job that does not track dirty state.
+
+    In order: deployed attempts whose confirmation failed are confirmed (counted), the
+    repairable gaps go (what they stood for is redone: those confirmations, the episode's end
+    here, this record), the active episode is aborted, and only then is the summary taken."""
     if job.dirty_threshold <= 0:
         return HistoryPart()
     events = []
     state = lock_state(job.id)
+    if state is not None:
+        events += confirm_deployed(state, epoch)
+        repaired, _ = DirtyTrackingGap.objects.filter(job=job, repairable=True).delete()
+        if repaired:
+            events.append(dirty_events.repaired(job.id, epoch, repaired))
     if state is not None and state.active_episode_id is not None:
         events += end_episode(
             state, state.active_episode_id, EpisodeStatus.ABORTED, f"job {job.status}", epoch

@@ -6,17 +6,17 @@ from __future__ import annotations
 import logging
 
 from django.db import connection
-from django.db.models import F
 from django.db.models.functions import Now
 
 from engine.dirty import events as dirty_events
-from engine.dirty.attempts import confirm
+from engine.dirty.attempts import confirm, deployed_unconfirmed
 from engine.dirty.episodes import after_settle
 from engine.dirty.tracking import incomplete, lock_state, record_gap
 from engine.events import append_events
 from engine.fencing import StaleEpoch, fenced
 from engine.models import (
     ClusterState,
+    DirtyJobState,
     DirtyTrackingGap,
     Job,
     RecoveryAttempt,
@@ -46,12 +46,14 @@ def reconcile(epoch: int) -> int:
     Then it completes episodes whose recovery finished unnoticed, removes repairable gaps that
     are repaired, and turns a member event the tracker could not handle at all into gaps of the
     jobs it concerned. One job's failure is contained (and recorded); only a stale epoch stops
-    it. (Finished-job records that failed are retried by engine.jobs.terminal.)
+    it. (Finished-job records that failed are retried by engine.jobs.terminal, after this.)
+
+    An ended job whose record is still to be written has its attempts explained too (its
+    deployments confirmed, so counted), while its gaps stay until that record is written.
     """
     changed = 0
     prepared = list(
         RecoveryAttempt.objects.filter(state=AttemptState.PREPARED)
-        .exclude(job__status__in=JOB_TERMINAL)
         .order_by("job_id", "id")
         .values_list("id", "job_id")
     )
@@ -135,16 +137,15 @@ def _complete_if_recovered(job: Job, epoch: int):
 
 def _repair_gaps(job: Job, epoch: int):
     """Repairable gaps go once nothing is left to redo: every attempt whose deployment happened
-    is confirmed, and a recovered episode is completed (both done just before, in order)."""
+    is confirmed, and a recovered episode is completed (both done just before, in order). An
+    ended job's go with its finished-job record, which redoes the rest first
+    (engine.dirty.history); once that is written, any left are moot."""
     if job.status not in JOB_TERMINAL:
-        unconfirmed = RecoveryAttempt.objects.filter(
-            job=job,
-            state=AttemptState.PREPARED,
-            pipeline__restore_count__gte=F("restore_number"),
-        ).exists()
-        if unconfirmed:
+        if deployed_unconfirmed(job.id).exists():
             return 0, []
         _, events = _complete_if_recovered(job, epoch)
+    elif DirtyJobState.objects.filter(job_id=job.id).exists():
+        return 0, []  # its record is still to be written
     else:
         events = []
     removed, _ = DirtyTrackingGap.objects.filter(job=job, repairable=True).delete()
