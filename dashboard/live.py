@@ -4,6 +4,7 @@ fallback and for the socket's out-of-band swaps (dashboard.consumers)."""
 from __future__ import annotations
 
 import re
+from urllib.parse import urlencode
 
 from django.core.paginator import Paginator
 from django.db.models import Count, Q, Sum
@@ -13,7 +14,7 @@ from engine import dirty, queries
 from engine.jobs import summary as job_summary
 from engine.jobs import throughput
 from engine.models import Job, JobCleanupRecord
-from engine.roles import DRAIN_MEMBER
+from engine.roles import CANCEL_JOB, DRAIN_MEMBER
 from engine.states import JOB_TERMINAL, CleanupKind, DirtyEvaluation, JobStatus
 
 PAGE_SIZE = 50
@@ -72,19 +73,26 @@ def jobs_context(query) -> dict:
         "counts": counts,
         "statuses": JobStatus.values,
         "evaluations": DirtyEvaluation.values,
-        "url_query": "&".join(f"{k}={v}" for k, v in filters.items() if v and k != "page"),
+        # The filters for links that choose their own page, and the socket's (the page too, so
+        # that its live updates re-render the page shown), both URL-encoded.
+        "url_query": urlencode({k: v for k, v in filters.items() if v and k != "page"}),
+        "live_query": urlencode(
+            {k: v for k, v in filters.items() if v and not (k == "page" and v == "1")}
+        ),
     }
 
 
 # -- the job page --------------------------------------------------------------------------------
 
 
-def job_context(job: Job) -> dict:
+def job_context(job: Job, user=None) -> dict:
     history = getattr(job, "history", None)
     ended = job.status in JOB_TERMINAL and history is not None and history.summary
     snapshot = history.summary if ended else job_summary.snapshot(job)
     return {
         "job": job,
+        # In the live part of the page: the button goes as soon as the job has ended.
+        "can_cancel": bool(user and user.has_perm(CANCEL_JOB)) and job.status not in JOB_TERMINAL,
         "pipelines": snapshot["pipelines"],
         "checkpoints": snapshot["checkpoints"],
         "metrics": snapshot["metrics"],
@@ -135,6 +143,7 @@ def fragments(topic: str, query: dict, user, seq: int) -> str:
         if job is None:
             body = ""
         else:
-            inner = render_to_string("dashboard/htmx/job.html", {**context, **job_context(job)})
+            data = {**context, **job_context(job, user)}
+            inner = render_to_string("dashboard/htmx/job.html", data)
             body = f'<div id="job" hx-swap-oob="innerHTML">{inner}</div>'
     return f'{body}<span id="live-seq" data-seq="{seq}" hx-swap-oob="true"></span>'

@@ -10,8 +10,9 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.paginator import Paginator
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import live
@@ -62,7 +63,7 @@ def job(request: HttpRequest, job_id: int) -> HttpResponse:
     """One job: status, pipelines, dirty-job label, recovery episodes, events (live)."""
     seq = queries.latest_seq()
     job = get_object_or_404(Job.objects.select_related("history"), id=job_id)
-    return _render(request, "job", {"seq": seq, **live.job_context(job)})
+    return _render(request, "job", {"seq": seq, **live.job_context(job, request.user)})
 
 
 PAGE_SIZE = 50
@@ -199,7 +200,22 @@ def cancel(request: HttpRequest, job_id: int) -> HttpResponse:
         cancel_job(job_id, by=request.user)
     except JobStateError:
         pass  # ended meanwhile: the page shows how
+    if request.headers.get("HX-Request"):
+        return HttpResponse(status=204)  # the live page shows what follows
     return redirect("job", job_id=job_id)
+
+
+def moved(name: str):
+    """A dashboard path from before the trailing slash: a permanent redirect to the canonical
+    one that keeps the method and body (308), so a form posted to the old path still works."""
+
+    def view(request: HttpRequest, **kwargs) -> HttpResponse:
+        url = reverse(name, kwargs=kwargs)
+        if request.META.get("QUERY_STRING"):
+            url = f"{url}?{request.META['QUERY_STRING']}"
+        return HttpResponsePermanentRedirect(url, preserve_request=True)
+
+    return view
 
 
 @login_required

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from django.db import connection
-from django.db.models import Count, Prefetch, Q, QuerySet, Sum
+from django.db.models import BigIntegerField, Count, Prefetch, Q, QuerySet, Sum
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Cast, Coalesce
 
 from engine import dirty
 from engine.models import EngineEvent, Job, Member, MemberDrain, Slot, TaskGroup
@@ -113,13 +115,24 @@ def slots() -> list[dict]:
     return out
 
 
+def _rows(history_key: str, task_group_field: str) -> Coalesce:
+    """A row count as the job's detail reads it: a finished job's from its history (its task
+    groups are gone once its running state is cleaned up), a running job's summed live."""
+    kept = KeyTextTransform(history_key, KeyTransform("metrics", "history__summary"))
+    return Coalesce(
+        Cast(kept, BigIntegerField()),
+        Sum(f"task_groups__{task_group_field}"),
+        output_field=BigIntegerField(),
+    )
+
+
 def recent_jobs(limit: int = 20, recovery: str | None = None) -> QuerySet[Job]:
     """The newest jobs with their row counts and dirty-job label (for the dashboard), only
     those whose label is ``recovery`` if given."""
     jobs = dirty.annotate(
         Job.objects.annotate(
-            rows_read=Sum("task_groups__source_received"),
-            rows_written=Sum("task_groups__sink_written"),
+            rows_read=_rows("sourceReceivedCount", "source_received"),
+            rows_written=_rows("sinkWriteCount", "sink_written"),
         )
     )
     if recovery:

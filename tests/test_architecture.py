@@ -70,6 +70,18 @@ def test_no_block_is_repeated_outside_migrations_and_tests():
     assert runs == [], "\n".join(f"{a} ~ {b}" for a, b in runs)
 
 
+def test_no_template_comment_spans_lines():
+    """``{# #}`` is single-line in Django: one left open at the end of a line is printed on the
+    page as text (``{% comment %}`` spans lines)."""
+    open_comments = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in sorted((ROOT / "templates").rglob("*.html"))
+        for n, line in enumerate(path.read_text().splitlines(), start=1)
+        if line.count("{#") != line.count("#}")
+    ]
+    assert open_comments == []
+
+
 def test_the_repeated_block_check_finds_a_copy(tmp_path):
     """A copied function, with its names changed, is found (so an empty answer means
     something)."""

@@ -212,3 +212,201 @@ def test_submit_shows_the_error_at_its_line_and_only_operators_can_cancel(health
     operator.screenshot(path=str(healthy.var_dir / "operator-cancel.png"))
     operator.close()
     viewer.close()
+
+
+# -- what an operator sees on the pages (one signed-in session for all of them) ----------------
+
+
+def base_url(cluster) -> str:
+    return f"http://127.0.0.1:{cluster.port}"
+
+
+@pytest.fixture(scope="module")
+def admin_context(cluster, browser):
+    """One signed-in admin session for the page checks below (the admin may cancel)."""
+    context = browser.new_context()
+    page = context.new_page()
+    password = (cluster.var_dir / "admin-password").read_text().strip()
+    sign_in(page, base_url(cluster), "admin", password)
+    page.close()
+    yield context
+    context.close()
+
+
+def wait_live(page) -> None:
+    page.wait_for_function("document.body.classList.contains('live')", timeout=15_000)
+
+
+def live_seq(page) -> int:
+    return int(page.get_attribute("#live-seq", "data-seq"))
+
+
+def wait_live_render(page, cluster) -> None:
+    """The page's socket sends it a fresh render (a job submitted elsewhere is an event of the
+    jobs page): from here on the page shows what the socket rendered, not the first load."""
+    wait_live(page)
+    seq = live_seq(page)
+    submit(
+        cluster,
+        "env { job.name = nudge }\nsource { FakeSource { row.num = 1 } }\nsink { Blackhole {} }",
+    )
+    wait_for(lambda: live_seq(page) > seq, 20, interval=0.1, what="a live render of the page")
+
+
+def shown_job_ids(page) -> list[int]:
+    return page.eval_on_selector_all(
+        "#job-rows tr[data-job-id]", "rows => rows.map(r => Number(r.dataset.jobId))"
+    )
+
+
+def test_the_jobs_page_shows_no_template_comment(healthy, admin_context):
+    page = admin_context.new_page()
+    page.goto(f"{base_url(healthy)}/jobs/")
+    page.wait_for_selector("form.filter")
+    text = page.inner_text("main")
+    assert "{#" not in text and "ws extension" not in text, text[:300]
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def cleaned_batch_job(cluster) -> int:
+    """A finished batch job of 4,000 rows whose running state (task groups included) the
+    master's cleanup sweep has removed: it is made due now instead of after the delay."""
+    job_id = submit(
+        cluster,
+        "env { job.name = rows-4000 }\nsource { FakeSource { row.num = 4000 } }\n"
+        "sink { Blackhole {} }",
+    )
+    wait_for(
+        lambda: cluster.one("SELECT status FROM engine_job WHERE id = %s", (job_id,)) == "FINISHED",
+        60,
+        interval=0.1,
+        what="the batch job to finish",
+    )
+    record = "FROM engine_jobcleanuprecord WHERE job_id = %s AND kind = 'JOB_STATE'"
+    cluster.db.execute(
+        f"UPDATE engine_jobcleanuprecord SET due_at = now() WHERE id = (SELECT id {record})",
+        (job_id,),
+    )
+    wait_for(
+        lambda: cluster.one(f"SELECT state {record}", (job_id,)) == "DONE",
+        30,
+        interval=0.1,
+        what="the job's running state to be cleaned up",
+    )
+    assert cluster.one("SELECT count(*) FROM engine_taskgroup WHERE job_id = %s", (job_id,)) == 0
+    return job_id
+
+
+def test_recent_jobs_show_the_rows_of_a_cleaned_up_batch_job(
+    healthy, admin_context, cleaned_batch_job
+):
+    page = admin_context.new_page()
+    page.goto(f"{base_url(healthy)}/")
+    row = page.locator("table.jobs tbody tr", has_text="rows-4000")
+    row.wait_for()
+    cells = row.locator("td")
+    assert (cells.nth(5).inner_text(), cells.nth(6).inner_text()) == ("4000", "4000")
+    row.locator("a").first.click()  # the detail says the same
+    page.wait_for_selector(f"h1:has-text('Job {cleaned_batch_job}')")
+    assert "4000 rows read, 4000 written" in page.inner_text("p.throughput")
+    page.close()
+
+
+def test_a_job_page_is_at_its_trailing_slash_and_the_old_path_redirects(
+    healthy, admin_context, cleaned_batch_job
+):
+    base, job_id = base_url(healthy), cleaned_batch_job
+    page = admin_context.new_page()
+    response = page.goto(f"{base}/jobs/{job_id}/")
+    assert response.status == 200
+    page.wait_for_selector(f"h1:has-text('Job {job_id}')")
+    page.goto(f"{base}/jobs/{job_id}")
+    assert page.url == f"{base}/jobs/{job_id}/"
+    page.wait_for_selector(f"h1:has-text('Job {job_id}')")
+    # The pages link to it so.
+    page.goto(f"{base}/jobs/?q={job_id}")
+    link = page.locator(f'tr[data-job-id="{job_id}"] a')
+    assert link.get_attribute("href") == f"/jobs/{job_id}/"
+    page.close()
+
+
+def test_the_cancel_button_goes_when_the_job_ends(healthy, admin_context):
+    """The job is cancelled elsewhere (the API) while its page is open: the page's live update
+    takes its Cancel button away with the status, without a reload."""
+    job_id = submit(
+        healthy,
+        'env { job.name = "ends-elsewhere", job.mode = STREAMING }\n'
+        "source { FakeSource { rows.per-second = 5 } }\nsink { Blackhole { } }",
+    )
+    page = admin_context.new_page()
+    page.goto(f"{base_url(healthy)}/jobs/?q={job_id}")
+    page.click(f'tr[data-job-id="{job_id}"] a')
+    page.wait_for_selector("h1:has-text('ends-elsewhere')")
+    wait_live(page)
+    page.evaluate("window.keelNotReloaded = true")
+    assert page.locator('[data-action="cancel"]').count() == 1
+    code, body = healthy.post(f"/api/v1/jobs/{job_id}/cancel")
+    assert code == 202, body
+    status = page.locator("dl.summary .badge").first
+    wait_for(lambda: status.inner_text() == "CANCELED", 30, interval=0.1, what="CANCELED live")
+    assert page.locator('[data-action="cancel"]').count() == 0
+    assert page.evaluate("window.keelNotReloaded === true")
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def many_jobs(cluster):
+    """Jobs enough for two pages of one search (51 ``paged-N``), and a name with an ampersand
+    beside one its unencoded prefix would also match."""
+
+    def job(name: str) -> dict:
+        return {
+            "params": {"jobName": name},
+            "env": {"job.mode": "BATCH"},
+            "source": [{"plugin_name": "FakeSource", "row.num": 1}],
+            "sink": [{"plugin_name": "Blackhole"}],
+        }
+
+    names = [f"paged-{n}" for n in range(51)] + ["amp&and", "amp-decoy"]
+    code, body = cluster.post("/submit-jobs", [job(name) for name in names])
+    assert code == 200, body
+    ids = {j["jobName"]: int(j["jobId"]) for j in body}
+    yield {
+        "paged": sorted((ids[n] for n in names[:51]), reverse=True),
+        "amp": [ids["amp&and"]],
+    }
+    # They end before the cluster goes down (workers leaving under 50 jobs are slow to stop).
+    wait_for(
+        lambda: (
+            cluster.one(
+                "SELECT count(*) FROM engine_job WHERE id = ANY(%s) AND status <> 'FINISHED'",
+                (list(ids.values()),),
+            )
+            == 0
+        ),
+        120,
+        interval=0.2,
+        what="the many jobs to finish",
+    )
+
+
+def test_live_updates_of_the_jobs_page_keep_its_page(healthy, admin_context, many_jobs):
+    page = admin_context.new_page()
+    page.goto(f"{base_url(healthy)}/jobs/?q=paged-&page=2")
+    assert shown_job_ids(page) == many_jobs["paged"][50:]
+    wait_live_render(page, healthy)
+    assert shown_job_ids(page) == many_jobs["paged"][50:]
+    assert "page 2 of 2" in page.inner_text("nav.pages")
+    page.close()
+
+
+def test_live_updates_of_the_jobs_page_keep_a_search_with_an_ampersand(
+    healthy, admin_context, many_jobs
+):
+    page = admin_context.new_page()
+    page.goto(f"{base_url(healthy)}/jobs/?q=amp%26and")
+    assert shown_job_ids(page) == many_jobs["amp"]
+    wait_live_render(page, healthy)
+    assert shown_job_ids(page) == many_jobs["amp"]
+    page.close()

@@ -369,7 +369,7 @@ def test_the_dashboard_shows_finished_jobs_and_cleanup_records_with_the_api_filt
     assert page.count("data-record-id") == 1 and "JOB_STATE" in page
     assert "admin console" not in page  # viewers read; staff act in the admin
     assert "data-record-id" not in client.get("/cleanup/?state=FAILED").content.decode()
-    detail = client.get(f"/jobs/{job.id}").content.decode()  # read from its history now
+    detail = client.get(f"/jobs/{job.id}/").content.decode()  # read from its history now
     assert "CANCELED" in detail and "reader 1" in detail
 
 

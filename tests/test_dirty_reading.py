@@ -96,7 +96,7 @@ def test_an_enabled_finished_job_without_snapshot_nor_state_reads_unknown(engine
             f'data-job-id="{job.id}"'
             not in client.get("/jobs/?evaluationStatus=DISABLED", follow=True).content.decode()
         )
-        detail_page = client.get(f"/jobs/{job.id}", follow=True).content.decode()
+        detail_page = client.get(f"/jobs/{job.id}/", follow=True).content.decode()
         assert 'class="badge dirty-unknown">UNKNOWN</span>' in detail_page
 
 
@@ -252,21 +252,21 @@ def test_dashboard_filters_by_recovery_label_and_shows_episodes(engine, client):
     engine.run_deployed()
     engine.lose(host_of_both_pipelines(engine, dirty_job))
     engine.settle()
-    assert client.get(f"/jobs/{dirty_job.id}").status_code == 302  # login first
+    assert client.get(f"/jobs/{dirty_job.id}/").status_code == 302  # login first
     user = role_user("watcher", "viewer")
     client.force_login(user)
 
     page = client.get("/?recovery=DIRTY").content.decode()
     recent = page.split('<h2 class="section">Recent jobs</h2>')[1]  # (slots link every job)
-    assert f'href="/jobs/{dirty_job.id}"' in recent
-    assert f'href="/jobs/{clean_job.id}"' not in recent
+    assert f'href="/jobs/{dirty_job.id}/"' in recent
+    assert f'href="/jobs/{clean_job.id}/"' not in recent
     assert 'hx-get="/?recovery=DIRTY"' in page  # the live refresh keeps the filter
     everything = client.get("/?recovery=whatever").content.decode()
-    assert f'href="/jobs/{clean_job.id}"' in everything
+    assert f'href="/jobs/{clean_job.id}/"' in everything
 
-    detail = client.get(f"/jobs/{dirty_job.id}").content.decode()
+    detail = client.get(f"/jobs/{dirty_job.id}/").content.decode()
     attempt = RecoveryAttempt.objects.filter(job=dirty_job).first()
     assert "DIRTY" in detail and attempt.attempt_id in detail and "COMPLETED" in detail
-    partial = client.get(f"/jobs/{dirty_job.id}", HTTP_HX_REQUEST="true").content.decode()
+    partial = client.get(f"/jobs/{dirty_job.id}/", HTTP_HX_REQUEST="true").content.decode()
     assert "<html" not in partial and attempt.attempt_id in partial
-    assert client.get("/jobs/999999").status_code == 404
+    assert client.get("/jobs/999999/").status_code == 404
