@@ -202,17 +202,38 @@ def completed_checkpoints(c: Cluster, job_id: int) -> int:
     return job(c, job_id)["checkpoints"]["completed"]
 
 
-def assert_exactly_once(url: str, splits: int) -> int:
+def assert_unbroken_runs(ids: list[int], splits: int) -> None:
     """No key twice, and for every split the keys form an unbroken run from its first key."""
-    with psycopg.connect(url) as conn:
-        ids = [r[0] for r in conn.execute("SELECT id FROM eo").fetchall()]
-        staged = conn.execute("SELECT count(*) FROM eo__keel_stage").fetchone()[0]
     assert ids, "nothing was committed"
     assert len(ids) == len(set(ids)), "duplicated rows"
     for s in range(splits):
         mine = sorted(i for i in ids if i % splits == s)
         assert mine == list(range(s, s + splits * len(mine), splits)), f"lost rows in split {s}"
-    assert staged >= 0
+
+
+def assert_the_newest_cut_committed(c: Cluster, job_id: int, ids: list[int]) -> None:
+    """What the sink committed is exactly the newest completed checkpoint's cut (the rows its
+    readers had read), and every reader recorded committing it: a sink that stopped committing
+    after a restore leaves fewer rows than the cut, however unbroken they are."""
+    cut, readers, committed = c.newest_completed_cut(job_id)
+    assert readers == committed == 2, (readers, committed)
+    assert len(ids) == cut, f"{len(ids)} rows committed, the newest completed cut has {cut}"
+
+
+def assert_exactly_once(c: Cluster, job_id: int, url: str, splits: int) -> int:
+    """The table holds the newest completed cut, each row once; the stage keeps only rows read
+    after it (never a committed checkpoint's, never a committed key)."""
+    newest = c.one(
+        "SELECT max(id) FROM engine_checkpoint WHERE job_id = %s AND state = 'COMPLETED'",
+        (job_id,),
+    )
+    with psycopg.connect(url) as conn:
+        ids = [r[0] for r in conn.execute("SELECT id FROM eo").fetchall()]
+        staged = conn.execute("SELECT id, keel_checkpoint FROM eo__keel_stage").fetchall()
+    assert_unbroken_runs(ids, splits)
+    assert_the_newest_cut_committed(c, job_id, ids)
+    assert not [cp for _, cp in staged if cp is not None and cp <= newest], "committed, staged"
+    assert not {i for i, _ in staged} & set(ids), "a staged row's key is committed already"
     return len(ids)
 
 
@@ -235,12 +256,12 @@ def start_exactly_once_job(c: Cluster, data_db: str, retries: int) -> tuple[int,
 def stop_and_check(c: Cluster, job_id: int, data_db: str) -> int:
     assert post(c, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
     assert wait_status(c, job_id, TERMINAL, timeout=30)["jobStatus"] == "CANCELED"
-    return assert_exactly_once(data_db, 2)
+    return assert_exactly_once(c, job_id, data_db, 2)
 
 
 def test_streaming_to_jdbc_survives_a_killed_reader_exactly_once(rc, data_db):
-    """Kill -9 the worker holding a reader: RUNNING again on other slots
-    within 3 s; after cancel the table holds every key of the committed range exactly once."""
+    """Kill -9 the worker holding a reader: RUNNING again on other slots within 3 s; after
+    cancel the table holds the newest completed checkpoint's cut, every key once."""
     rc.restore()
     job_id, _ = start_exactly_once_job(rc, data_db, retries=3)
     victim = reader_member(job(rc, job_id))
@@ -290,7 +311,7 @@ def test_five_kills_in_a_row_lose_and_duplicate_nothing(rc, data_db):
 
 def test_streaming_to_local_files_commits_a_part_per_checkpoint_exactly_once(rc, tmp_path):
     """LocalFile commits a file part per checkpoint: after a kill -9 and a restore, the
-    published parts hold every key of the committed range exactly once."""
+    published parts hold the newest completed cut, every key once."""
     rc.restore()
     out = tmp_path / "parts"
     job_id = submit(
@@ -328,8 +349,6 @@ def test_streaming_to_local_files_commits_a_part_per_checkpoint_exactly_once(rc,
         for part in out.glob("part-*.jsonl")
         for line in part.read_text().splitlines()
     ]
-    assert ids and len(ids) == len(set(ids)), "duplicated rows"
-    for s in range(2):
-        mine = sorted(i for i in ids if i % 2 == s)
-        assert mine == list(range(s, s + 2 * len(mine), 2)), f"lost rows in split {s}"
+    assert_unbroken_runs(ids, 2)
+    assert_the_newest_cut_committed(rc, job_id, ids)
     rc.start(victim)
