@@ -223,7 +223,7 @@ def test_the_job_page_shows_an_acknowledged_unknown_label_as_acknowledged(engine
     record_gap(job.id, "tracker store timed out")
     client.force_login(role_user("oona", "operator"))
     page = client.get(reverse("job", args=[job.id])).content.decode()
-    assert 'data-field="evaluationStatus">UNKNOWN<' in page
+    assert 'class="badge dirty-unknown">UNKNOWN</span>' in page
     assert 'data-field="acknowledged"' not in page
 
     acked = client.post(
@@ -233,7 +233,7 @@ def test_the_job_page_shows_an_acknowledged_unknown_label_as_acknowledged(engine
     )
     assert acked.status_code == 200, acked.content
     page = client.get(reverse("job", args=[job.id])).content.decode()
-    assert 'data-field="evaluationStatus">UNKNOWN<' in page
+    assert 'class="badge dirty-unknown">UNKNOWN</span>' in page
     assert re.search(r'data-field="acknowledged"[^>]*>acknowledged<', page)
     by = re.search(r'data-field="acknowledgedBy">(.*?)</dd>', page, re.S).group(1)
     assert by.startswith("by oona at ") and by.endswith(": restores checked by hand")

@@ -1,9 +1,10 @@
 """Gaps a client of the dirty-job contract would notice, each closed and shown here on real
-PostgreSQL through the engine's own steps: the pending-incident TTL counts from the incident
-(and covers an episode waiting for slots), recent episodes are in job detail, a running job's
-incidents are bounded, negative sizes are refused at startup, an operator acknowledges an
-UNKNOWN job, an older member cannot join nor an older master campaign while tracked jobs run,
-old masters are seen, and the submit check holds against a racing registration."""
+PostgreSQL through the engine's own steps: the pending-incident TTL counts from the incident on
+the database's clock and spares a restore waiting for slots, recent episodes are in job detail,
+a running job's incidents are bounded, negative sizes are refused at startup, an operator
+acknowledges an UNKNOWN job (which stays UNKNOWN), an older member cannot join nor an older
+master campaign while tracked jobs run, old masters are seen, and the submit check holds against
+a racing registration."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -37,6 +38,7 @@ from engine.models import (
     RecoveryEpisode,
 )
 from engine.states import SlotMode
+from history.models import JobHistory
 from tests.conftest import role_user
 from tests.dirtykit import host_of_both_pipelines, running_job
 from tests.enginekit import TWO_PIPELINES
@@ -159,40 +161,71 @@ def test_negative_sizes_are_refused_at_startup(variable):
     assert "Traceback" not in proc.stderr
 
 
-def test_an_operator_acknowledges_an_unknown_job_and_it_reads_from_its_counts(engine, client):
+def listed(api, job, evaluation: str) -> bool:
+    """Whether ``?evaluationStatus=`` lists the job."""
+    page = api.get(f"/api/v1/jobs?evaluationStatus={evaluation}").json()["results"]
+    return job.id in {j["jobId"] for j in page}
+
+
+def test_an_acknowledged_job_stays_unknown_and_says_who_acknowledged_it(engine, api):
+    """An acknowledgement accepts that the count cannot be verified; it never makes it
+    verified: the job keeps reading UNKNOWN (trackingComplete false, never listed as CLEAN),
+    running and finished, with who, when and why in its summary."""
     from rest_framework.test import APIClient
 
     from engine.dirty.tracking import record_gap
 
     job, _ = running_job(engine, threshold=3)
+    clean = engine.submit(threshold=3)
     record_gap(job.id, "tracker store timed out")
-    assert engine.summary(job)["evaluationStatus"] == "UNKNOWN"
     url = f"/api/v1/jobs/{job.id}/dirty/ack"
     viewer, operator = APIClient(), APIClient()
     viewer.force_authenticate(role_user("vera", "viewer"))
     operator.force_authenticate(role_user("otto", "operator"))
     assert viewer.post(url, {"reason": "checked"}, format="json").status_code == 403
     assert operator.post(url, {}, format="json").status_code == 400
+    refused = operator.post(f"/api/v1/jobs/{clean.id}/dirty/ack", {"reason": "x"}, format="json")
+    assert refused.status_code == 409 and "reads CLEAN" in refused.json()["detail"]
 
     response = operator.post(url, {"reason": "checked the restores by hand"}, format="json")
     assert response.status_code == 200, response.json()
-    body = response.json()
-    assert body["evaluationStatus"] == "CLEAN" and body["trackingComplete"] is True
-    assert body["acknowledged"]["by"] == "otto"
-    assert body["acknowledged"]["reason"] == "checked the restores by hand"
+
+    def acknowledged(s: dict, reason: str) -> None:
+        assert (s["evaluationStatus"], s["trackingComplete"], s["dirty"]) == (
+            "UNKNOWN",
+            False,
+            False,
+        ), s
+        assert (s["acknowledgedBy"], s["acknowledgedReason"]) == ("otto", reason)
+        assert datetime.fromisoformat(s["acknowledgedAt"]) <= timezone.now()
+        assert "acknowledged" not in s  # the flat fields replace the earlier object
+
+    acknowledged(response.json(), "checked the restores by hand")
+    assert response.json()["incompleteReason"] == "tracker store timed out"  # its gap stays
+    acknowledged(
+        api.get(f"/api/v1/jobs/{job.id}").json()["dirtyTask"], "checked the restores by hand"
+    )
+    assert not listed(api, job, "CLEAN") and listed(api, job, "UNKNOWN")
     event = EngineEvent.objects.get(kind="dirty.acknowledged", job_id=job.id)
     assert event.payload["previousReason"] == "tracker store timed out"
-    assert event.payload["by"] == "otto"
-    again = operator.post(url, {"reason": "again"}, format="json")
-    assert again.status_code == 409 and "reads CLEAN" in again.json()["detail"]
+    assert (event.payload["by"], event.payload["evaluation"]) == ("otto", "UNKNOWN")
+    # Acknowledging again replaces who and why; each one is audited.
+    again = operator.post(url, {"reason": "checked again"}, format="json")
+    assert again.status_code == 200
+    acknowledged(again.json(), "checked again")
 
-    # A finished job's frozen summary is acknowledged the same way.
-    record_gap(job.id, "another gap")
+    # The finished job's record keeps it so.
     engine.cancel(job)
-    assert engine.summary(job)["evaluationStatus"] == "UNKNOWN"
+    acknowledged(engine.summary(job), "checked again")
+    assert JobHistory.objects.get(job=job).dirty_task["evaluationStatus"] == "UNKNOWN"
+    assert not listed(api, job, "CLEAN") and listed(api, job, "UNKNOWN")
+    # A finished job's frozen summary is acknowledged the same way.
     finished = operator.post(url, {"reason": "post-mortem done"}, format="json")
-    assert finished.status_code == 200 and finished.json()["evaluationStatus"] == "CLEAN"
-    assert engine.summary(job)["acknowledged"]["reason"] == "post-mortem done"
+    assert finished.status_code == 200
+    acknowledged(finished.json(), "post-mortem done")
+    acknowledged(api.get(f"/api/v1/jobs/{job.id}").json()["dirtyTask"], "post-mortem done")
+    assert not listed(api, job, "CLEAN")
+    assert EngineEvent.objects.filter(kind="dirty.acknowledged", job_id=job.id).count() == 3
 
 
 def test_an_older_member_cannot_join_while_tracked_jobs_run(engine, caplog):

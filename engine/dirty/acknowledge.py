@@ -1,24 +1,24 @@
 """An operator's acknowledgement of a job whose recovery tracking reads UNKNOWN.
 
 UNKNOWN says the tracker cannot vouch for the count (a member event it missed, a failure it
-contained, an attempt deployed after its episode expired). Once an operator has checked the
-job, they may acknowledge it: its gaps are dropped and it reads again from the counts it has
-(DIRTY if it ever reached the threshold, else CLEAN), with who, when and why kept in its
-summary and a ``dirty.acknowledged`` event. A finished job's frozen summary is acknowledged
-the same way.
+contained). An operator who has checked the job may acknowledge it: they accept that its count
+cannot be verified. That does not make it verified, so nothing of the tracking changes: its
+gaps stay, it keeps reading UNKNOWN (``trackingComplete: false``, never listed as CLEAN), and
+its summary gains who, when and why (``acknowledgedBy``, ``acknowledgedAt``,
+``acknowledgedReason``), with a ``dirty.acknowledged`` event. Acknowledging again replaces them
+(each one has its event). A finished job's frozen summary is acknowledged the same way.
 """
 
 from __future__ import annotations
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from engine.dirty import events as dirty_events
-from engine.dirty.reading import Sequences, evaluate, summary
+from engine.dirty.reading import Sequences, acknowledgement, evaluate, summary
 from engine.dirty.tracking import SCHEMA_VERSION, lock_state
 from engine.events import append_events
-from engine.models import DirtyJobState, DirtyTrackingGap, Job
+from engine.models import DirtyJobState, Job
 from engine.states import JOB_TERMINAL, DirtyEvaluation
 from history.models import JobHistory
 
@@ -80,7 +80,6 @@ def _running(job: Job, by: str, reason: str) -> dict:
             "acknowledge again in a few seconds"
         )
     was = summary(job, state, before)["incompleteReason"]
-    DirtyTrackingGap.objects.filter(job_id=job.id).delete()
     DirtyJobState.objects.filter(job_id=job.id).update(
         acknowledged_by=by,
         acknowledged_at=Now(),
@@ -99,14 +98,10 @@ def _finished(job: Job, record: JobHistory, by: str, reason: str) -> dict:
         raise AcknowledgementRefused(
             f"job {job.id} reads {snapshot.get('evaluationStatus')}: nothing to acknowledge"
         )
-    dirty = bool(snapshot.get("dirty"))
-    after = {
-        **snapshot,
-        "evaluationStatus": DirtyEvaluation.DIRTY if dirty else DirtyEvaluation.CLEAN,
-        "trackingComplete": True,
-        "incompleteReason": None,
-        "acknowledged": {"by": by, "at": timezone.now().isoformat(), "reason": reason[:500]},
-    }
+    with connection.cursor() as cur:
+        cur.execute("SELECT now()")
+        now = cur.fetchone()[0]
+    after = {**snapshot, **acknowledgement(by, now, reason[:500])}
     JobHistory.objects.filter(job_id=job.id).update(dirty_task=after)
     _event(job, by, reason, snapshot.get("incompleteReason"), after["evaluationStatus"])
     return after

@@ -101,6 +101,7 @@ def missing_summary(job: Job, reason: str) -> dict:
         "lastCountedTime": None,
         "firstDirtyTime": None,
         "incompleteReason": reason,
+        **acknowledgement(None, None, None),
     }
 
 
@@ -137,14 +138,16 @@ def summary(job: Job, state: DirtyJobState | None, sequences: Sequences) -> dict
         "lastCountedTime": _millis(state.last_counted_at),
         "firstDirtyTime": _millis(state.first_dirty_at),
         "incompleteReason": reason or None,
-        "acknowledged": {
-            "by": state.acknowledged_by,
-            "at": state.acknowledged_at.isoformat(),
-            "reason": state.acknowledged_reason,
-        }
-        if state.acknowledged_at
-        else None,
+        **acknowledgement(state.acknowledged_by, state.acknowledged_at, state.acknowledged_reason),
     }
+
+
+def acknowledgement(by: str | None, at: datetime | None, reason: str | None) -> dict:
+    """The summary's record of the last operator acknowledgement (engine.dirty.acknowledge): it
+    says an operator accepted that the count cannot be verified; it never makes it verified."""
+    if at is None:
+        return {"acknowledgedBy": None, "acknowledgedAt": None, "acknowledgedReason": None}
+    return {"acknowledgedBy": by, "acknowledgedAt": at.isoformat(), "acknowledgedReason": reason}
 
 
 def job_summary(job: Job) -> dict:

@@ -42,12 +42,6 @@ class EpisodeSerializer(serializers.Serializer):
     attempts = EpisodeAttemptSerializer(many=True)
 
 
-class DirtyAcknowledgementSerializer(serializers.Serializer):
-    by = serializers.CharField()
-    at = serializers.DateTimeField()
-    reason = serializers.CharField()
-
-
 class DirtyTaskSerializer(DirtyTaskListSerializer):
     """The dirty-job (recovery-degraded) summary of a running or finished job (engine.dirty);
     a disabled job has only ``dirty`` and ``evaluationStatus``."""
@@ -74,8 +68,15 @@ class DirtyTaskSerializer(DirtyTaskListSerializer):
         required=False,
         help_text="newest first, at most engine.dirty-task.event-history-size (job detail only)",
     )
-    acknowledged = DirtyAcknowledgementSerializer(
-        required=False, allow_null=True, help_text="the last operator acknowledgement"
+    acknowledgedBy = serializers.CharField(
+        required=False,
+        allow_null=True,
+        help_text="who last acknowledged the UNKNOWN evaluation: they accepted that the count "
+        "cannot be verified (it stays UNKNOWN)",
+    )
+    acknowledgedAt = serializers.DateTimeField(required=False, allow_null=True)
+    acknowledgedReason = serializers.CharField(
+        required=False, allow_null=True, help_text="what they checked"
     )
 
 

@@ -31,8 +31,8 @@ class JobEpisodeListView(APIView):
 
 class JobDirtyAckView(APIView):
     """``POST {reason}``: an operator acknowledges the job's UNKNOWN recovery tracking after
-    checking it (audited); the job reads again from the counts it has. Answers its new
-    ``dirtyTask`` summary."""
+    checking it (audited): they accept that its count cannot be verified, and it keeps reading
+    UNKNOWN, acknowledged. Answers its new ``dirtyTask`` summary."""
 
     role_permissions = {"POST": ACKNOWLEDGE_DIRTY}
 
