@@ -13,6 +13,16 @@ TEST_FILE_ROOTS = os.pathsep.join(
 os.environ["KEEL_CONNECTORS_FILE_ROOTS"] = TEST_FILE_ROOTS
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """The test database is this run's own (``test_keel_<pid>``): two runs on one server (two
+    checkouts, a developer's run beside CI's) never create or drop each other's."""
+    from django.conf import settings
+
+    test = settings.DATABASES["default"].setdefault("TEST", {})
+    test["NAME"] = f"test_{settings.DATABASES['default']['NAME']}_{os.getpid()}"
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _stop_event_relay():
     """The web-process relay (dashboard.relay) started by socket tests holds sessions on the
