@@ -39,9 +39,19 @@ class Outbox:
                 self.dropped += 1
             self._pending.append((task, args, queue))
             self._changed.notify_all()
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)
-                self._thread.start()
+            self._start()
+
+    def warm(self) -> None:
+        """Start the publishing thread now and have it connect to the broker before any
+        command is put: a standby master that takes over publishes its first commands at once
+        (a cold producer took a second under load, on the recovery path). Never waits."""
+        with self._changed:
+            self._start()
+
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="outbox", daemon=True)
+            self._thread.start()
 
     def flush(self, timeout: float) -> bool:
         """Wait until every command put so far has been published (False on timeout)."""
@@ -49,6 +59,7 @@ class Outbox:
             return self._changed.wait_for(lambda: not self._pending, timeout)
 
     def _run(self) -> None:
+        _connect()
         backoff = 0.0
         while True:
             with self._changed:
@@ -64,6 +75,17 @@ class Outbox:
             backoff = min(max(backoff * 2, 0.05), RETRY_MAX)
             with self._changed:  # a wait, not a sleep: flush() and put() still get the lock
                 self._changed.wait(backoff)
+
+
+def _connect() -> None:
+    """Open the producer's broker connection (and load what publishing needs), bounded by the
+    broker's socket timeouts; a broker that is down is met again by the first publish."""
+    try:
+        current_app.amqp.router  # noqa: B018 (built on first use)
+        with current_app.producer_or_acquire() as producer:
+            producer.connection.ensure_connection(max_retries=1)
+    except Exception as exc:
+        log.info("outbox: broker not reached yet (%s); publishing will retry", exc)
 
 
 def _publish(task: str, args: list, queue: str, quiet: bool = False) -> bool:

@@ -27,6 +27,7 @@ import psycopg
 from django.db import connection, transaction
 
 from engine import events as builders
+from engine.cluster.lease import LeaseKeeper, LeaseLost, renew_on
 from engine.cluster.versions import tracking_refusal
 from engine.dbsession import connect_dedicated
 from engine.events import append_event
@@ -58,18 +59,27 @@ class Term:
 
 
 class Leadership:
-    """One master process's view of leadership: campaign, renew, resign."""
+    """One master process's view of leadership: campaign, renew, resign.
+
+    While active, the lease is renewed by a LeaseKeeper thread on the lock session; the loop
+    ``beat()``s before each step and ``check()``s the renewals (engine.cluster.lease)."""
 
     def __init__(
-        self, name: str, lease_timeout: float, protocol_version: int = PROTOCOL_VERSION
+        self,
+        name: str,
+        lease_timeout: float,
+        stall_limit: float = 30.0,
+        protocol_version: int = PROTOCOL_VERSION,
     ) -> None:
         self.name = name
         self.lease_timeout = lease_timeout
+        self.stall_limit = stall_limit
         self.protocol_version = protocol_version
         self.term: Term | None = None
         #: Why the last campaign was refused ("" once one is not): logged when it changes.
         self.refused = ""
         self._lock_conn: psycopg.Connection | None = None
+        self._keeper: LeaseKeeper | None = None
 
     @property
     def active(self) -> bool:
@@ -172,6 +182,9 @@ class Leadership:
         except BaseException:
             self._drop_lock_session()  # releases the lock
             raise
+        self._keeper = LeaseKeeper(
+            self._lock_session(), self.term.epoch, self.name, self.lease_timeout, self.stall_limit
+        )
         self.refused = ""
         log.info("%s is the active master with epoch %s", self.name, self.term.epoch)
         return True
@@ -229,36 +242,47 @@ class Leadership:
             )
         return Term(epoch=epoch, since=since)
 
-    def renew(self) -> None:
-        """Active step: prove the lock session is alive and extend the lease under our epoch.
+    def beat(self) -> None:
+        """The master loop is about to run a step (its keeper renews while it beats)."""
+        if self._keeper is not None:
+            self._keeper.beat()
 
-        Raises StaleEpoch when another master has taken over, and psycopg/Django errors when the
-        lock session is gone; either way the caller steps down.
-        """
+    def check(self) -> None:
+        """Raise StaleEpoch or LeadershipLost if the keeper could not renew our lease; the
+        caller steps down."""
+        if self._keeper is not None:
+            try:
+                self._keeper.check()
+            except LeaseLost as exc:
+                self._raise_lost(exc)
+
+    def renew(self) -> None:
+        """Extend the lease at once under our epoch, on the lock session (which proves the
+        session and its lock alive). Raises StaleEpoch when another master has taken over, and
+        LeadershipLost when the lock session is gone; either way the caller steps down."""
         assert self.term is not None
-        with connection.cursor() as cur:
-            cur.execute(
-                """
-                UPDATE engine_masterlease
-                   SET renewed_at = clock_timestamp(),
-                       expires_at = clock_timestamp() + make_interval(secs => %s)
-                 WHERE id = 1 AND epoch = %s AND holder = %s
-                """,
-                [self.lease_timeout, self.term.epoch, self.name],
-            )
-            renewed = cur.rowcount
-        if renewed != 1:
-            raise StaleEpoch(self.term.epoch, _read_epoch())
         conn = self._lock_conn
-        if conn is None or conn.closed:
-            raise LeadershipLost("the leadership lock session is closed")
         try:
-            conn.execute("SELECT 1")  # raises if PostgreSQL ended the session (lock gone)
-        except psycopg.Error as exc:
-            raise LeadershipLost(f"the leadership lock session ended: {exc}".strip()) from exc
+            if conn is None or conn.closed:
+                raise LeaseLost("the leadership lock session is closed", stale=False)
+            renew_on(conn, self.term.epoch, self.name, self.lease_timeout)
+        except LeaseLost as exc:
+            self._raise_lost(exc)
+
+    def _raise_lost(self, exc: LeaseLost) -> None:
+        """StaleEpoch if another epoch leads now (a rejected write, recorded as such), else
+        LeadershipLost (the lock session failed and no one has taken over, or the database
+        cannot say)."""
+        current = _read_epoch()
+        if exc.stale or (current is not None and current != self.epoch):
+            raise StaleEpoch(self.epoch, current) from exc
+        raise LeadershipLost(str(exc)) from exc
 
     def resign(self) -> None:
         """Hand over at once (SIGTERM): expire our lease, then free the lock."""
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.stop()  # no renewal after the expiry below
         if self.term is not None:
             try:
                 with fenced(self.term.epoch):
@@ -273,6 +297,9 @@ class Leadership:
         if self.term is not None:
             log.warning("%s steps down from epoch %s", self.name, self.term.epoch)
         self.term = None
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.stop()
         self._drop_lock_session()
 
 

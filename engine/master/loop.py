@@ -36,6 +36,8 @@ class MasterOptions:
     lease_timeout: float = 3.0
     campaign_interval: float = 0.1
     candidate_interval: float = 1.0
+    #: A loop that has not begun a step for this long stops renewing the lease (it is wedged).
+    stall_limit: float = 30.0
 
     @property
     def renew_interval(self) -> float:
@@ -70,7 +72,9 @@ THROUGHPUT_SAMPLE_INTERVAL = 5.0
 class ActiveStep:
     """A step of the active master, run at most once per ``interval``: ``run(epoch)`` says
     whether it did work. ``after_reconcile``: only once this epoch's reconciliation is done.
-    ``again_at_once``: when it did work, run it again on the next pass (more may be waiting)."""
+    ``again_at_once``: when it did work, run it again on the next pass (more may be waiting).
+    ``deferred``: its first run in a term is one interval after the takeover (not urgent, and
+    the takeover's own passes go to recovery)."""
 
     def __init__(
         self,
@@ -79,17 +83,23 @@ class ActiveStep:
         *,
         after_reconcile: bool = False,
         again_at_once: bool = False,
+        deferred: bool = False,
     ) -> None:
         self.timer = Timer(interval)
         self.run = run
         self.after_reconcile = after_reconcile
         self.again_at_once = again_at_once
+        self.deferred = deferred
+
+    def start_term(self) -> None:
+        """A new term begins: run at once, or one interval from now if ``deferred``."""
+        self.timer.next_at = time.monotonic() + self.timer.interval if self.deferred else 0.0
 
 
 class Master:
     def __init__(self, options: MasterOptions) -> None:
         self.options = options
-        self.leadership = Leadership(options.name, options.lease_timeout)
+        self.leadership = Leadership(options.name, options.lease_timeout, options.stall_limit)
         self.stopping = threading.Event()
         self.campaign_timer = Timer(options.campaign_interval)
         self.renew_timer = Timer(options.renew_interval)
@@ -100,9 +110,13 @@ class Master:
         self.sweep = ActiveStep(SWEEP_INTERVAL, self.sweep_members)
         #: The active master's steps after the reconciliation, in the order of a pass.
         self.active_steps = (
+            # Recovery first: lost work failed, stopping work cancelled, restores and new jobs
+            # placed; then the rest, so that a busy pass never delays a restore behind it.
             ActiveStep(0.2, orchestration.fail_lost_task_groups),
+            ActiveStep(0.2, self.cancels.step),
+            ActiveStep(0.1, control.enqueue_due_steps, after_reconcile=True),
+            ActiveStep(0.1, orchestration.schedule, after_reconcile=True, again_at_once=True),
             ActiveStep(0.2, orchestration.drain_members, after_reconcile=True),
-            ActiveStep(0.2, control.enqueue_due_steps, after_reconcile=True),
             ActiveStep(
                 CLEANUP_SWEEP_INTERVAL,
                 control.enqueue_due_cleanups,
@@ -110,11 +124,12 @@ class Master:
                 again_at_once=True,
             ),
             ActiveStep(0.1, orchestration.coordinate_checkpoints),
-            ActiveStep(0.2, self.cancels.step),
-            ActiveStep(0.1, orchestration.schedule, after_reconcile=True, again_at_once=True),
             ActiveStep(1.0, orchestration.redeliver),
-            ActiveStep(2.0, self.housekeeping, after_reconcile=True),
-            ActiveStep(10.0, retention.sweep, after_reconcile=True, again_at_once=True),
+            # Housekeeping reconciles again: the takeover has just done so, so not at once.
+            ActiveStep(2.0, self.housekeeping, after_reconcile=True, deferred=True),
+            ActiveStep(
+                10.0, retention.sweep, after_reconcile=True, again_at_once=True, deferred=True
+            ),
             ActiveStep(THROUGHPUT_SAMPLE_INTERVAL, throughput.sample, after_reconcile=True),
         )
         #: One pass of the loop, in order (built once: the loop runs every 20 ms when idle).
@@ -133,14 +148,17 @@ class Master:
         if self.leadership.campaign():
             self.renew_timer.reset()
             self.sweep.timer.reset()
+            for step in self.active_steps:
+                step.start_term()
             record_candidate(self.options.name, self.leadership)
             return True
         return False
 
     def step_renew(self) -> bool:
+        """The lease is renewed by its keeper thread; here the loop learns if it failed."""
         if not self.leadership.active or not self.renew_timer.due():
             return False
-        self.leadership.renew()
+        self.leadership.check()
         return False
 
     def step_reconcile(self) -> bool:
@@ -185,6 +203,7 @@ class Master:
         """One pass of every step; True if any did work (the loop then goes on at once)."""
         did = False
         for step in self.steps:
+            self.leadership.beat()
             did = step() or did
         return did
 

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from engine.management.engine_process import start_engine_process
+from engine.master import commands
 from engine.master.loop import Master, MasterOptions
 
 
@@ -32,4 +33,5 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         master = Master(start_engine_process(MasterOptions, opts))
         master.install_signal_handlers()
+        commands.outbox.warm()  # a standby publishes its first commands at once on takeover
         master.run()
