@@ -51,8 +51,21 @@ def bump(items: Iterable[tuple[str, str, float]]) -> None:
 
 
 def checkpoint_ended(completed: bool, seconds: float | None) -> None:
-    items = [(CHECKPOINTS, "completed" if completed else "failed", 1)]
-    if completed and seconds is not None:
-        bucket = next((str(b) for b in CHECKPOINT_BUCKETS if seconds <= b), "+Inf")
-        items += [(CHECKPOINT_SECONDS, bucket, 1), (CHECKPOINT_SECONDS, "sum", max(seconds, 0))]
-    bump(items)
+    checkpoints_ended([(completed, seconds)])
+
+
+def checkpoints_ended(outcomes: Iterable[tuple[bool, float | None]]) -> None:
+    """Count checkpoints that ended (completed or not; a completed one's duration), in one
+    statement for any number of them."""
+    totals: dict[tuple[str, str], float] = {}
+
+    def add(name: str, label: str, amount: float) -> None:
+        totals[(name, label)] = totals.get((name, label), 0.0) + amount
+
+    for completed, seconds in outcomes:
+        add(CHECKPOINTS, "completed" if completed else "failed", 1)
+        if completed and seconds is not None:
+            bucket = next((str(b) for b in CHECKPOINT_BUCKETS if seconds <= b), "+Inf")
+            add(CHECKPOINT_SECONDS, bucket, 1)
+            add(CHECKPOINT_SECONDS, "sum", max(seconds, 0))
+    bump((name, label, amount) for (name, label), amount in totals.items())

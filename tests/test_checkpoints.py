@@ -104,11 +104,13 @@ def test_ids_grow_and_retention_keeps_the_newest(running_pipeline):
     assert checkpoints.latest_completed(running_pipeline.id).id == ids[-1]
 
 
-def test_a_completed_checkpoint_is_committed_even_if_ending_the_next_one_fails(engine):
-    """The master ends checkpoints one by one; each completed one's commit goes out to its
-    readers as soon as it is committed, even if ending the next one then fails (a takeover, a
-    database error): nothing else would ever send it (the new master only looks at PENDING
-    checkpoints). The commands go to the members' real Celery queues on Redis."""
+def test_no_checkpoint_completes_without_its_commit_when_ending_them_fails(engine):
+    """The master ends the checkpoints that can end in one transaction, and sends the commits
+    of the completed ones once it has committed: if ending them fails (a takeover, a database
+    error), none is COMPLETED and no commit goes out, and the next pass completes them all and
+    sends every commit (a COMPLETED checkpoint whose commit was never sent would wait for the
+    next one: the new master only looks at PENDING checkpoints). The commands go to the
+    members' real Celery queues on Redis."""
     member = engine.add_member(slots=4)
     job = submit_job(
         "env { job.mode = STREAMING, parallelism = 1 }\nsource { FakeSource { } }\n"
@@ -148,16 +150,23 @@ def test_a_completed_checkpoint_is_committed_even_if_ending_the_next_one_fails(e
             cur.execute("DROP FUNCTION test_checkpoint_fault")
     assert commands.outbox.flush(5)
     states = dict(Checkpoint.objects.filter(pipeline=pipeline).values_list("id", "state"))
-    completed = [i for i, state in states.items() if state == "COMPLETED"]
-    assert len(completed) == 1 and sorted(states.values()) == ["COMPLETED", "PENDING"]
+    assert sorted(states.values()) == ["PENDING", "PENDING"]
+    assert broker.lrange(queue, 0, -1) == []  # nothing completed: nothing to commit
+
+    assert orchestration.coordinate_checkpoints(engine.epoch)
+    assert commands.outbox.flush(5)
+    states = dict(Checkpoint.objects.filter(pipeline=pipeline).values_list("id", "state"))
+    assert sorted(states.values()) == ["COMPLETED", "COMPLETED"]
     sent = [json.loads(message)["headers"] for message in broker.lrange(queue, 0, -1)]
     broker.delete(queue)
-    assert [(h["task"], h["argsrepr"]) for h in sent] == [
+    commits = [(h["task"], h["argsrepr"]) for h in sent if h["task"] == "engine.checkpoint.commit"]
+    assert len(commits) == 2 and set(commits) == {
         (
             "engine.checkpoint.commit",
-            repr([reader.id, reader.attempt, str(member.uuid), completed[0]]),
+            repr([reader.id, reader.attempt, str(member.uuid), checkpoint.id]),
         )
-    ]
+        for checkpoint in both
+    }
 
 
 def test_a_failed_final_checkpoint_is_tried_again_within_seconds_not_an_interval(engine):

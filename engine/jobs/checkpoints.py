@@ -17,11 +17,12 @@ checkpoint's barrier once, so a re-sent barrier never moves the cut.
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Max, Q
+from django.db.models import Count, Max, Q
 from django.db.models.functions import Now
 
 from engine import counters
@@ -29,7 +30,7 @@ from engine import events as builders
 from engine.events import append_events
 from engine.fencing import fenced
 from engine.jobs.scheduler import Deployment
-from engine.models import Checkpoint, EngineEvent, Pipeline, TaskCheckpoint, TaskGroup
+from engine.models import Checkpoint, Pipeline, TaskCheckpoint, TaskGroup
 from engine.states import CheckpointState, ExecutionStatus, JobStatus, TaskGroupKind
 
 log = logging.getLogger("keel.checkpoints")
@@ -92,38 +93,45 @@ def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
             due.append(pipeline)
     if not due:
         return []
+    ids = [pipeline.id for pipeline in due]
     barriers: list[tuple[int, Deployment]] = []
-    events: list[EngineEvent] = []
     with fenced(epoch):
-        for pipeline in due:
-            groups = list(
-                # A lost member's task group is failing anyway.
-                TaskGroup.objects.on_alive_members()
-                .filter(pipeline=pipeline, status=ExecutionStatus.RUNNING)
-                .values_list(*Deployment.FIELDS)
-            )
-            # A FINISHED reader committed all it read (after its final checkpoint): it takes
-            # no more barriers. Any other task group not running makes this no time for one.
-            unfinished = (
-                TaskGroup.objects.filter(pipeline=pipeline)
-                .exclude(status=ExecutionStatus.FINISHED)
-                .count()
-            )
-            if not groups or len(groups) != unfinished:
-                continue
-            targets = [Deployment.of(row) for row in groups]
-            checkpoint = Checkpoint.objects.create(
+        running: dict[int, list[Deployment]] = defaultdict(list)
+        for row in (
+            # A lost member's task group is failing anyway.
+            TaskGroup.objects.on_alive_members()
+            .filter(pipeline_id__in=ids, status=ExecutionStatus.RUNNING)
+            .values_list("pipeline_id", *Deployment.FIELDS)
+        ):
+            running[row[0]].append(Deployment.of(row[1:]))
+        # A FINISHED reader committed all it read (after its final checkpoint): it takes no
+        # more barriers. Any other task group not running makes this no time for one.
+        unfinished = dict(
+            TaskGroup.objects.filter(pipeline_id__in=ids)
+            .exclude(status=ExecutionStatus.FINISHED)
+            .values("pipeline_id")
+            .annotate(n=Count("id"))
+            .values_list("pipeline_id", "n")
+        )
+        ready = [p for p in due if running[p.id] and len(running[p.id]) == unfinished.get(p.id)]
+        if not ready:
+            return []
+        created = Checkpoint.objects.bulk_create(
+            Checkpoint(
                 job_id=pipeline.job_id,
                 pipeline=pipeline,
-                expected={str(g.task_group_id): g.attempt for g in targets},
+                expected={str(g.task_group_id): g.attempt for g in running[pipeline.id]},
                 barrier_epoch=epoch,
                 barriers_sent_at=Now(),
             )
-            barriers += [(checkpoint.id, g) for g in targets]
-            events.append(
-                builders.checkpoint_triggered(pipeline.job_id, epoch, checkpoint.id, pipeline.index)
-            )
-        append_events(events)
+            for pipeline in ready
+        )
+        for pipeline, checkpoint in zip(ready, created, strict=True):
+            barriers += [(checkpoint.id, g) for g in running[pipeline.id]]
+        append_events(
+            builders.checkpoint_triggered(pipeline.job_id, epoch, checkpoint.id, pipeline.index)
+            for pipeline, checkpoint in zip(ready, created, strict=True)
+        )
     return barriers
 
 
@@ -204,35 +212,57 @@ def complete_or_expire(
     epoch: int, on_completed: Callable[[Checkpoint], object] = lambda checkpoint: None
 ) -> int:
     """COMPLETE checkpoints every expected attempt acked; FAIL those timed out or orphaned.
-    ``on_completed`` is called as soon as each COMPLETED one has committed, before the next
-    one is ended (its commits must go out even if a later one fails). Returns how many ended."""
+
+    A constant number of statements however many checkpoints are pending: one read of their
+    acks and task groups, then one fenced transaction that ends every one that can end.
+    ``on_completed`` is called for each COMPLETED one once that transaction has committed
+    (its commits must never go out before). Returns how many ended."""
     pending = list(
-        Checkpoint.objects.filter(state=CheckpointState.PENDING).select_related("pipeline", "job")
+        Checkpoint.objects.filter(state=CheckpointState.PENDING)
+        .select_related("pipeline", "job")
+        .order_by("id")
     )
-    ended = 0
+    verdicts = _verdicts(pending) if pending else []
+    if not verdicts:
+        return 0
+    ended = _end(epoch, verdicts)
+    for checkpoint, state in ended:
+        if state == CheckpointState.COMPLETED:
+            on_completed(checkpoint)
+    return len(ended)
+
+
+def _verdicts(pending: list[Checkpoint]) -> list[tuple[Checkpoint, str, str]]:
+    """How each pending checkpoint ends now, if it does: (checkpoint, state, reason)."""
+    acks: dict[int, set[tuple[str, int]]] = defaultdict(set)
+    for checkpoint_id, group_id, attempt in TaskCheckpoint.objects.filter(
+        checkpoint_id__in=[c.id for c in pending]
+    ).values_list("checkpoint_id", "task_group_id", "attempt"):
+        acks[checkpoint_id].add((str(group_id), attempt))
+    groups: dict[int, list[tuple[str, int, str]]] = defaultdict(list)
+    for pipeline_id, group_id, attempt, status in TaskGroup.objects.filter(
+        pipeline_id__in={c.pipeline_id for c in pending}
+    ).values_list("pipeline_id", "id", "attempt", "status"):
+        groups[pipeline_id].append((str(group_id), attempt, status))
     now = database_now()
+    out = []
     for checkpoint in pending:
-        acks = {
-            (str(tg), a)
-            for tg, a in TaskCheckpoint.objects.filter(checkpoint=checkpoint).values_list(
-                "task_group_id", "attempt"
-            )
-        }
-        expected = {(tg, a) for tg, a in checkpoint.expected.items()}
+        expected = set(checkpoint.expected.items())
         timeout = timedelta(milliseconds=checkpoint.job.env.get("checkpoint.timeout") or 60000)
-        groups = TaskGroup.objects.filter(pipeline_id=checkpoint.pipeline_id).values_list(
-            "id", "attempt", "status"
-        )
-        current = {(str(tg), a) for tg, a, _ in groups}
+        current = {(tg, a) for tg, a, _ in groups[checkpoint.pipeline_id]}
         # A reader that FINISHED after the barrier went out committed all it read (its final
         # checkpoint came before): it owes no ack, and a restore leaves its splits done.
-        finished = {(str(tg), a) for tg, a, status in groups if status == ExecutionStatus.FINISHED}
+        finished = {
+            (tg, a)
+            for tg, a, status in groups[checkpoint.pipeline_id]
+            if status == ExecutionStatus.FINISHED
+        }
         if not expected <= current:
-            state, reason = CheckpointState.FAILED, "a task group was redeployed before every ack"
+            state, reason = CheckpointState.FAILED, REDEPLOYED
         elif checkpoint.job.status in (JobStatus.CANCELING, JobStatus.CANCELED):
             # Its readers commit what completed as they stop: nothing may complete after.
             state, reason = CheckpointState.FAILED, "job cancelled before every commit"
-        elif expected <= acks | finished:
+        elif expected <= acks[checkpoint.id] | finished:
             state, reason = CheckpointState.COMPLETED, ""
         elif checkpoint.pipeline.status != ExecutionStatus.RUNNING:
             state = CheckpointState.FAILED
@@ -241,78 +271,123 @@ def complete_or_expire(
             state, reason = CheckpointState.FAILED, "checkpoint timeout"
         else:
             continue
-        state = _end(epoch, checkpoint, state, reason)
-        if state is not None:
-            ended += 1
-            if state == CheckpointState.COMPLETED:
-                on_completed(checkpoint)
-    return ended
+        out.append((checkpoint, state, reason))
+    return out
 
 
-def _end(epoch: int, checkpoint: Checkpoint, state: str, reason: str = "") -> str | None:
-    """End a PENDING checkpoint; returns the state it ended in (None: it had ended already).
+#: Why a checkpoint fails whose expected attempts are not all the pipeline's any more.
+REDEPLOYED = "a task group was redeployed before every ack"
 
-    Under its pipeline's row lock, the lock a restore takes: a checkpoint completes only if
-    its attempts are still the pipeline's (else it FAILS), so a restore and the completion it
-    races are ordered, and the checkpoint the restore rewinds to is the newest completed one
-    as its new readers find it."""
+#: End the checkpoints still PENDING, each in its state with its reason; their ids.
+_END = """
+UPDATE engine_checkpoint c
+   SET state = v.state, ended_at = statement_timestamp(), failure_reason = v.reason
+  FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS v(id, state, reason)
+ WHERE c.id = v.id AND c.state = %s
+RETURNING c.id
+"""
+
+#: Add each pipeline's completed and failed checkpoints to its counts.
+_COUNT = """
+UPDATE engine_pipeline p
+   SET checkpoints_completed = p.checkpoints_completed + v.completed,
+       checkpoints_failed = p.checkpoints_failed + v.failed
+  FROM unnest(%s::bigint[], %s::int[], %s::int[]) AS v(id, completed, failed)
+ WHERE p.id = v.id
+"""
+
+
+def _end(epoch: int, verdicts: list[tuple[Checkpoint, str, str]]) -> list[tuple[Checkpoint, str]]:
+    """End the checkpoints as judged; returns those this call ended, with their state.
+
+    Under their pipelines' row locks (taken in id order), the locks a restore takes: a
+    checkpoint completes only if its attempts are still the pipeline's (else it FAILS), so a
+    restore and the completion it races are ordered, and the checkpoint the restore rewinds to
+    is the newest completed one as its new readers find it."""
     with fenced(epoch):
-        Pipeline.objects.select_for_update(no_key=True).filter(id=checkpoint.pipeline_id).first()
-        if state == CheckpointState.COMPLETED and not _attempts_current(checkpoint):
-            state, reason = CheckpointState.FAILED, "a task group was redeployed before every ack"
-        changed = Checkpoint.objects.filter(id=checkpoint.id, state=CheckpointState.PENDING).update(
-            state=state, ended_at=Now(), failure_reason=reason
+        pipelines = sorted({c.pipeline_id for c, _, _ in verdicts})
+        list(
+            Pipeline.objects.select_for_update(no_key=True)
+            .filter(id__in=pipelines)
+            .order_by("id")
+            .values_list("id", flat=True)
         )
-        if changed != 1:
-            return None
-        completed = state == CheckpointState.COMPLETED
-        counters.checkpoint_ended(
-            completed, (database_now() - checkpoint.triggered_at).total_seconds()
+        current: dict[int, set[tuple[str, int]]] = defaultdict(set)
+        for pipeline_id, group_id, attempt in TaskGroup.objects.filter(
+            pipeline_id__in=pipelines
+        ).values_list("pipeline_id", "id", "attempt"):
+            current[pipeline_id].add((str(group_id), attempt))
+        final = []
+        for checkpoint, state, reason in verdicts:
+            stale = not set(checkpoint.expected.items()) <= current[checkpoint.pipeline_id]
+            if state == CheckpointState.COMPLETED and stale:
+                state, reason = CheckpointState.FAILED, REDEPLOYED
+            final.append((checkpoint, state, reason))
+        with connection.cursor() as cur:
+            cur.execute(
+                _END,
+                [
+                    [c.id for c, _, _ in final],
+                    [state for _, state, _ in final],
+                    [reason for _, _, reason in final],
+                    CheckpointState.PENDING,
+                ],
+            )
+            changed = {row[0] for row in cur.fetchall()}
+        ended = [verdict for verdict in final if verdict[0].id in changed]
+        if not ended:
+            return []
+        now = database_now()
+        completed = [c for c, state, _ in ended if state == CheckpointState.COMPLETED]
+        counters.checkpoints_ended(
+            (state == CheckpointState.COMPLETED, (now - c.triggered_at).total_seconds())
+            for c, state, _ in ended
         )
-        counter = (
-            "checkpoints_completed" if state == CheckpointState.COMPLETED else "checkpoints_failed"
-        )
-        Pipeline.objects.filter(id=checkpoint.pipeline_id).update(**{counter: F(counter) + 1})
+        counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+        for checkpoint, state, _ in ended:
+            counts[checkpoint.pipeline_id][0 if state == CheckpointState.COMPLETED else 1] += 1
+        with connection.cursor() as cur:
+            cur.execute(
+                _COUNT,
+                [list(counts), [c[0] for c in counts.values()], [c[1] for c in counts.values()]],
+            )
         append_events(
-            [
-                builders.checkpoint_ended(
-                    checkpoint.job_id,
-                    epoch,
-                    checkpoint.id,
-                    checkpoint.pipeline.index,
-                    state,
-                    reason,
-                )
-            ]
+            builders.checkpoint_ended(c.job_id, epoch, c.id, c.pipeline.index, state, reason)
+            for c, state, reason in ended
         )
-        if state == CheckpointState.COMPLETED:
-            _prune(checkpoint)
-    return state
+        if completed:
+            _prune(completed)
+    return [(c, state) for c, state, _ in ended]
 
 
-def _attempts_current(checkpoint: Checkpoint) -> bool:
-    current = {
-        (str(group_id), attempt)
-        for group_id, attempt in TaskGroup.objects.filter(
-            pipeline_id=checkpoint.pipeline_id
-        ).values_list("id", "attempt")
-    }
-    return set(checkpoint.expected.items()) <= current
-
-
-def _prune(checkpoint: Checkpoint) -> None:
-    """Keep ``checkpoint.max-retained`` completed checkpoints (and no older failed ones)."""
-    keep = int(checkpoint.job.env.get("checkpoint.max-retained") or 3)
-    completed = list(
-        Checkpoint.objects.filter(pipeline=checkpoint.pipeline, state=CheckpointState.COMPLETED)
-        .order_by("-id")
-        .values_list("id", flat=True)
-    )
-    if len(completed) > keep:
-        oldest_kept = completed[keep - 1]
-        Checkpoint.objects.filter(pipeline=checkpoint.pipeline, id__lt=oldest_kept).filter(
-            ~Q(state=CheckpointState.PENDING)
-        ).delete()
+def _prune(completed: list[Checkpoint]) -> None:
+    """Once a pipeline has more than ``checkpoint.max-retained`` completed checkpoints, keep
+    that many newest (and no older failed ones): every pipeline that just completed one, in
+    two statements."""
+    keep = {c.pipeline_id: int(c.job.env.get("checkpoint.max-retained") or 3) for c in completed}
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT r.pipeline_id, min(r.id)
+              FROM (SELECT c.pipeline_id, c.id,
+                           row_number() OVER (PARTITION BY c.pipeline_id ORDER BY c.id DESC) AS n,
+                           count(*) OVER (PARTITION BY c.pipeline_id) AS total
+                      FROM engine_checkpoint c
+                     WHERE c.pipeline_id = ANY(%s) AND c.state = %s) r
+              JOIN unnest(%s::bigint[], %s::int[]) AS k(pipeline_id, keep)
+                ON k.pipeline_id = r.pipeline_id
+             WHERE r.n <= k.keep AND r.total > k.keep
+             GROUP BY r.pipeline_id
+            """,
+            [list(keep), CheckpointState.COMPLETED, list(keep), list(keep.values())],
+        )
+        oldest_kept = cur.fetchall()
+    if not oldest_kept:
+        return
+    older = Q()
+    for pipeline_id, oldest in oldest_kept:
+        older |= Q(pipeline_id=pipeline_id, id__lt=oldest)
+    Checkpoint.objects.filter(older).filter(~Q(state=CheckpointState.PENDING)).delete()
 
 
 def committers(checkpoint: Checkpoint) -> list[Deployment]:
