@@ -76,7 +76,11 @@ def request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[En
 def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deployment]]:
     """Restore: release (already freed), request slots, redeploy every task group of the
     pipeline as a new attempt, from the latest completed checkpoint (from the beginning when
-    there is none)."""
+    there is none).
+
+    Taking the slots and redeploying onto them are one transaction: a restore that fails at
+    any point (too few slots, an error after the take) gives back exactly the slots it took,
+    and the job's other pipelines keep theirs."""
     pipeline_id = step.payload["pipelineId"]
     number = step.payload["restore"]
     with fenced(epoch):
