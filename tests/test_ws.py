@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
@@ -21,9 +22,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @database_sync_to_async
-def append(kind: str) -> int:
+def append(kind: str, job_id: int | None = None) -> int:
     with transaction.atomic():
-        return append_event(EngineEvent(kind=kind)).seq
+        return append_event(EngineEvent(kind=kind, job_id=job_id)).seq
 
 
 def run(scenario):
@@ -62,6 +63,21 @@ async def collect(communicator, count: int) -> list[dict]:
     return events
 
 
+async def through_marker(communicator) -> tuple[list[int], int]:
+    """The seqs the socket sends from now until a marker event appended now, and the marker's:
+    the relay sends in seq order, so a late duplicate or a stray event of anything before the
+    marker comes among them. Deterministic, where waiting a while for nothing only catches
+    what comes soon enough."""
+    marker = await append("test.marker")
+    seqs: list[int] = []
+    while not seqs or seqs[-1] < marker:
+        frame = await communicator.receive_json_from(timeout=10)
+        assert frame["type"] == "engine.events"
+        seqs += [e["seq"] for e in frame["events"]]
+    assert seqs[-1] == marker, seqs
+    return seqs[:-1], marker
+
+
 def test_stream_pushes_new_events_and_resumes_after_a_seq():
     user = role_user("ws", "viewer")
 
@@ -73,13 +89,13 @@ def test_stream_pushes_new_events_and_resumes_after_a_seq():
         assert [e["kind"] for e in await collect(communicator, 1)] == ["test.a"]
         second = await append("test.b")
         third = await append("test.c")
-        events = await collect(communicator, 2)
-        assert [e["seq"] for e in events] == [second, third]
+        sent, marker = await through_marker(communicator)
+        assert sent == [second, third]  # each once
         await communicator.disconnect()
-        # A client that reconnects with the last seq it saw gets only what followed.
+        # A client that reconnects with the last seq it saw gets only what followed, once.
         again = await connect(f"/ws/events/?after={second}", user)
         assert (await again.connect())[0]
-        assert [e["seq"] for e in await collect(again, 1)] == [third]
+        assert (await through_marker(again))[0] == [third, marker]
         await again.disconnect()
         return first
 
@@ -121,10 +137,26 @@ def test_live_pages_get_fragments_pushed_and_catch_up_after_a_reconnect(engine):
         seq = int(html.split('id="live-seq" data-seq="')[1].split('"')[0])
         return html, seq
 
+    async def fragment_of_marker(communicator) -> list[int]:
+        """The seqs of the fragments sent before a marker's, appended now (an event of a job,
+        so the jobs page's group gets it; the relay sends in seq order)."""
+        marker = await append("test.marker", 10**9)
+        before = []
+        while (seq := (await fragment(communicator))[1]) != marker:
+            before.append(seq)
+        return before
+
     async def scenario():
-        page = await connect(f"/ws/live/?topic=jobs&after={await latest()}", user)
+        start = await latest()
+        page = await connect(f"/ws/live/?topic=jobs&after={start}", user)
         assert (await page.connect())[0]
-        assert await page.receive_nothing(timeout=0.3)  # nothing happened: nothing sent
+        # Nothing happened, so nothing is sent. The layer hands the page a redraw (what the
+        # relay sends when throughput samples arrive) only after its connect; answered at the
+        # seq it was given, it proves the connect is over, and the next fragment must then be
+        # a marker's: one sent at the connect would come between.
+        await get_channel_layer().group_send("jobs", {"type": "relay.samples"})
+        assert (await fragment(page))[1] == start
+        assert (await fragment_of_marker(page)) == []
         job_id = await submit()
         html, seq = await fragment(page)
         assert f'data-job-id="{job_id}"' in html and 'id="jobs-live" hx-swap-oob="true"' in html
@@ -137,7 +169,9 @@ def test_live_pages_get_fragments_pushed_and_catch_up_after_a_reconnect(engine):
         html, caught_up = await fragment(again)
         assert caught_up == await latest() and caught_up > seq
         assert 'data-field="jobStatus">SCHEDULED</span>' in html
-        assert await again.receive_nothing(timeout=0.3)  # applied once, nothing doubled
+        # Applied once, nothing doubled: a late repeat of the catch-up (say from the relay's
+        # own message of those events) would come before the marker's fragment.
+        assert (await fragment_of_marker(again)) == []
         await again.disconnect()
 
         detail = await connect(f"/ws/live/?topic=job.{job_id}&after=0", user)
@@ -163,18 +197,13 @@ def test_an_idle_socket_stays_open_past_the_layers_blocking_read():
     async def scenario():
         communicator = await connect("/ws/events/?after=0", user)
         assert (await communicator.connect())[0]
-        await collect_available(communicator)
+        await through_marker(communicator)  # whatever was there before, and a marker
         assert await communicator.receive_nothing(timeout=7, interval=0.5)
         seq = await append("test.after-idle")
         assert [e["seq"] for e in await collect(communicator, 1)] == [seq]
         await communicator.disconnect()
 
     run(scenario())
-
-
-async def collect_available(communicator) -> None:
-    while not await communicator.receive_nothing(timeout=0.3):
-        await communicator.receive_json_from(timeout=1)
 
 
 def test_a_cluster_wide_tracker_event_reaches_the_jobs_page_at_once(engine):
