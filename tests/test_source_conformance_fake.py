@@ -176,20 +176,27 @@ def test_a_paced_reader_builds_only_the_rows_that_are_due():
 
 def test_after_a_barrier_the_steps_realign_with_the_blocks_and_hand_them_over_whole():
     """A barrier between two turns ends a step inside a block; the next step ends with that
-    block (end_step), and every later step is one whole block, handed over uncopied."""
+    block (end_step), and every later step is one whole block, handed over uncopied. On the
+    suite's pinned clock: step sizes are the reader's and the budgets', not the machine's."""
     from engine.connectors.fake_managed import READ_AHEAD
     from engine.sourceruntime.choices import CommandKind
     from engine.sourceruntime.lifecycle import Life
     from engine.sourceruntime.limits import MailboxLimits, PollLimits
     from engine.sourceruntime.mailbox import WorkerBudget
     from engine.sourceruntime.reader import ReaderEventLoop
-    from tests.source_conformance import ArrivingMailbox, admit
+    from tests.source_conformance import ArrivingMailbox, admit, pinned_clock
 
     source = source_of(f"row.num = {5 * READ_AHEAD}, split.num = 1")
     box = ArrivingMailbox(1, "1/1", 1, MailboxLimits(), WorkerBudget(10**9))
     batches, snaps = [], []
     loop = ReaderEventLoop(
-        box, ManagedFakeReader(source), PollLimits(), batches.append, snaps.append, "d"
+        box,
+        ManagedFakeReader(source),
+        PollLimits(),
+        batches.append,
+        snaps.append,
+        "d",
+        clock=pinned_clock,
     )
     loop.start()
     admit(box, CommandKind.ASSIGN_SPLITS, {"splits": source.create_splits("BATCH")})
