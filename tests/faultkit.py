@@ -69,9 +69,11 @@ class PrivateRedis:
 
 class PrivatePostgres:
     """A PostgreSQL server of the test's own (initdb in a temporary directory, a free port,
-    trust auth), which the test may stop, restart and freeze."""
+    trust auth), which the test may stop, restart and freeze. ``settings``: server settings
+    (``max_connections`` for a cluster of many task groups, each on a session of its own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: dict[str, object] | None = None) -> None:
+        self.settings = settings or {}
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="keel-pg-"))
         self.data = self.dir / "data"
@@ -87,7 +89,9 @@ class PrivatePostgres:
         )
 
     def _ctl(self, *args: str) -> None:
-        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1" + "".join(
+            f" -c {name}={value}" for name, value in self.settings.items()
+        )
         ctl = [find_pg_program("pg_ctl"), "-D", str(self.data), "-l", str(self.dir / "log")]
         subprocess.run(
             as_postgres_user([*ctl, "-o", options, "-w", *args]),

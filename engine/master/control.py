@@ -1,5 +1,6 @@
-"""Durable control steps: the active master puts due steps on the control queue, any worker's
-Celery pool runs them under the epoch they were enqueued with.
+"""Durable control steps: the active master runs due steps itself for a moment each pass and
+puts the rest on the control queue, where any worker's Celery pool runs them, under the epoch
+they were enqueued with.
 
 The ControlStep row is the intent. A step that is not DONE after ENQUEUE_TIMEOUT, or that was
 enqueued under an older epoch, is enqueued again: a master or worker dying in the middle of a
@@ -9,8 +10,10 @@ recovery never leaves the pipeline stuck, and running a step twice changes nothi
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
+from django.db import DatabaseError, InterfaceError
 from django.db.models import Q
 from django.utils import timezone
 
@@ -22,10 +25,15 @@ from engine.states import ControlStepKind, ControlStepState
 
 log = logging.getLogger("keel.control")
 ENQUEUE_TIMEOUT = 10.0
+#: How long one pass of the active master runs due steps itself (a few restores); the rest of a
+#: storm's restores go to the control queue.
+INLINE_BUDGET = 0.25
 
 
 def enqueue_due_steps(epoch: int) -> bool:
-    """Active-master step: put due control steps on the control queue (under our epoch)."""
+    """Active-master step: run due control steps, here for up to INLINE_BUDGET (a restore
+    starts at once, with no queue between), and put the rest on the control queue, where
+    every worker's pool runs them (under our epoch either way)."""
     now = timezone.now()
     with fenced(epoch):
         due = list(
@@ -42,9 +50,26 @@ def enqueue_due_steps(epoch: int) -> bool:
             ControlStep.objects.filter(id__in=[s.id for s in due]).update(
                 enqueued_at=now, epoch=epoch
             )
+    deadline = time.monotonic() + INLINE_BUDGET
     for step in due:
-        commands.run_control_step(step.id, epoch)
+        if time.monotonic() >= deadline or not _run_here(step.id, epoch):
+            commands.run_control_step(step.id, epoch)
     return bool(due)
+
+
+def _run_here(step_id: int, epoch: int) -> bool:
+    """Run one step in the master's loop; False if it failed (a worker runs it instead). A
+    stale epoch is raised: the master steps down."""
+    try:
+        result = run_step(step_id, epoch)
+    except (DatabaseError, InterfaceError):
+        raise  # the loop reconnects or steps down; the step is enqueued again
+    except Exception:
+        log.exception("control step %s failed in the master; the control queue runs it", step_id)
+        return False
+    if result.startswith("stale epoch"):
+        raise StaleEpoch(epoch, None)
+    return True
 
 
 def run_step(step_id: int, epoch: int) -> str:

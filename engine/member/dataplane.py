@@ -19,6 +19,10 @@ from engine.states import JobMode
 
 BATCH_SIZE = 4096
 METRICS_INTERVAL = 1.0
+#: A source with nothing due is asked again after IDLE_WAIT_MIN, doubling while it stays idle
+#: up to IDLE_WAIT_MAX (which also bounds how late a barrier is handled by an idle reader).
+IDLE_WAIT_MIN = 0.01
+IDLE_WAIT_MAX = 0.08
 
 
 class PluginFailure(Exception):
@@ -158,6 +162,7 @@ def run_reader(
     positions = {a["splitId"]: {"offset": a["offset"], "done": False} for a in splits}
     last_report = time.monotonic()
     completed = False
+    idle = 0.0
 
     def tick(current: dict) -> None:
         nonlocal last_report
@@ -185,8 +190,12 @@ def run_reader(
                     raise PluginFailure(source_path, exc) from exc
                 if rows:
                     counters.add(len(rows), chain.push(source_key, rows))
+                    idle = 0.0
                 else:
-                    stop.wait(0.01)  # a paced or idle source: nothing due yet
+                    # A paced or idle source: nothing due yet. Wait longer while it stays so
+                    # (an idle reader must not cost a core between them).
+                    idle = min(max(idle * 2, IDLE_WAIT_MIN), IDLE_WAIT_MAX)
+                    stop.wait(idle)
                 positions[split_id]["offset"] = offset
                 tick({split_id: offset})
             if stop.is_set():

@@ -38,6 +38,8 @@ log = logging.getLogger("keel.runtime")
 T = TypeVar("T")
 SPLIT_WAIT_INTERVAL = 0.01
 ENUMERATOR_TICK = 0.05
+#: How often a Lane B enumerator asks the database whether its readers live and it is current.
+ENUMERATOR_CHECK_INTERVAL = 0.25
 
 
 class TaskGroupThread(threading.Thread):
@@ -188,9 +190,14 @@ class TaskGroupThread(threading.Thread):
                     {"kind": "enumerator"},
                 )
 
-        # The enumerator holds its slot for the pipeline's life, as in Zeta.
+        # The enumerator holds its slot for the pipeline's life, as in Zeta. Its mailbox is
+        # drained every tick; the database is asked less often (a cancel sets ``stop`` at once).
+        checked = time.monotonic()
         while not self.stop.wait(ENUMERATOR_TICK):
             self.mailbox.drain(handle)
+            if time.monotonic() - checked < ENUMERATOR_CHECK_INTERVAL:
+                continue
+            checked = time.monotonic()
             if not self.db("looking at its readers", lifecycle.readers_live, pipeline.id):
                 return
             if not self.still_current():
