@@ -9,6 +9,7 @@ import json
 import pytest
 import redis
 from django.conf import settings
+from django.db import DatabaseError, connection
 
 from engine.master import commands, control
 from engine.models import ControlStep, Pipeline, TaskGroup
@@ -82,3 +83,38 @@ def test_restores_past_the_budget_go_to_the_control_queue(engine, monkeypatch):
     assert set(Pipeline.objects.filter(job__in=jobs).values_list("status", flat=True)) == {
         "DEPLOYING"
     }
+
+
+def test_a_database_error_in_a_restore_hands_it_and_the_rest_to_the_workers(engine):
+    """The master cannot go on after a database error (it reconnects or steps down): the step
+    it was running and the others it claimed go to the control queue at once, not after the
+    re-enqueue timeout."""
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    jobs, _ = failed_pipelines(engine, 3)
+    broker.delete(CONTROL_QUEUE)
+    first = Pipeline.objects.get(job=jobs[0])
+    with connection.cursor() as cur:  # the first restore's pipeline update fails
+        cur.execute(
+            f"""
+            CREATE FUNCTION test_restore_fault() RETURNS trigger AS $$
+            BEGIN
+              IF NEW.id = {first.id} THEN RAISE EXCEPTION 'injected failure'; END IF;
+              RETURN NEW;
+            END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER test_restore_fault BEFORE UPDATE ON engine_pipeline
+               FOR EACH ROW EXECUTE FUNCTION test_restore_fault();
+            """
+        )
+    try:
+        with pytest.raises(DatabaseError):
+            control.enqueue_due_steps(engine.epoch)
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("DROP TRIGGER test_restore_fault ON engine_pipeline")
+            cur.execute("DROP FUNCTION test_restore_fault")
+    steps = list(ControlStep.objects.order_by("id"))
+    assert [s.state for s in steps] == ["PENDING"] * 3
+    assert commands.outbox.flush(5)
+    assert tasks_on(broker, CONTROL_QUEUE) == sorted(
+        ("engine.control.run", [s.id, engine.epoch]) for s in steps
+    )

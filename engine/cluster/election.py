@@ -268,6 +268,11 @@ class Leadership:
             renew_on(conn, self.term.epoch, self.name, self.lease_timeout)
         except LeaseLost as exc:
             self._raise_lost(exc)
+        if self._keeper is None or self._keeper.lost is not None:
+            # The session survived what stopped the keeper: renew from a new one.
+            self._keeper = LeaseKeeper(
+                conn, self.term.epoch, self.name, self.lease_timeout, self.stall_limit
+            )
 
     def _raise_lost(self, exc: LeaseLost) -> None:
         """StaleEpoch if another epoch leads now (a rejected write, recorded as such), else

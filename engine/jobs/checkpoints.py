@@ -351,12 +351,12 @@ def _end(epoch: int, verdicts: list[tuple[Checkpoint, str, str]]) -> list[tuple[
                 _COUNT,
                 [list(counts), [c[0] for c in counts.values()], [c[1] for c in counts.values()]],
             )
-        append_events(
+        if completed:
+            _prune(completed)
+        append_events(  # the last write: it holds the event-append lock until the commit
             builders.checkpoint_ended(c.job_id, epoch, c.id, c.pipeline.index, state, reason)
             for c, state, reason in ended
         )
-        if completed:
-            _prune(completed)
     return [(c, state) for c, state, _ in ended]
 
 

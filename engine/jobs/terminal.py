@@ -104,13 +104,24 @@ def _fail_open_checkpoints(job: Job, epoch: int | None) -> list[EngineEvent]:
     from engine.states import CheckpointState
 
     events = []
-    for checkpoint in Checkpoint.objects.filter(
-        job=job, state=CheckpointState.PENDING
-    ).select_related("pipeline"):
+    pending = list(
+        Checkpoint.objects.filter(job=job, state=CheckpointState.PENDING).select_related("pipeline")
+    )
+    if pending:
+        # The pipelines first, in id order: the lock order of the master's checkpoint ends.
+        list(
+            Pipeline.objects.select_for_update(no_key=True)
+            .filter(id__in={c.pipeline_id for c in pending})
+            .order_by("id")
+            .values_list("id", flat=True)
+        )
+    for checkpoint in pending:
         reason = f"job {job.status} before every ack"
-        Checkpoint.objects.filter(id=checkpoint.id).update(
+        ended = Checkpoint.objects.filter(id=checkpoint.id, state=CheckpointState.PENDING).update(
             state=CheckpointState.FAILED, ended_at=Now(), failure_reason=reason
         )
+        if not ended:
+            continue  # the master ended it meanwhile
         Pipeline.objects.filter(id=checkpoint.pipeline_id).update(
             checkpoints_failed=F("checkpoints_failed") + 1
         )

@@ -51,8 +51,16 @@ def enqueue_due_steps(epoch: int) -> bool:
                 enqueued_at=now, epoch=epoch
             )
     deadline = time.monotonic() + INLINE_BUDGET
-    for step in due:
-        if time.monotonic() >= deadline or not _run_here(step.id, epoch):
+    for position, step in enumerate(due):
+        try:
+            here = time.monotonic() < deadline and _run_here(step.id, epoch)
+        except BaseException:
+            # The master cannot go on (database, epoch): the workers run this step and the
+            # rest of those claimed, rather than waiting for ENQUEUE_TIMEOUT.
+            for rest in due[position:]:
+                commands.run_control_step(rest.id, epoch)
+            raise
+        if not here:
             commands.run_control_step(step.id, epoch)
     return bool(due)
 

@@ -21,7 +21,7 @@ from django.db import DatabaseError, InterfaceError, close_old_connections, conn
 from engine import dirty, retention
 from engine.cluster.election import Leadership, LeadershipLost, record_candidate
 from engine.cluster.membership import SWEEP_INTERVAL, sweep_members
-from engine.fencing import StaleEpoch
+from engine.fencing import StaleEpoch, fenced
 from engine.jobs import throughput
 from engine.master import control, orchestration
 from engine.states import CandidateState
@@ -263,6 +263,8 @@ class Master:
             try:
                 connections["default"].close()
                 self.leadership.renew()
+                with fenced(self.leadership.epoch):  # and the loop's own connection works
+                    pass
                 return
             except StaleEpoch as stale:
                 self._rejected(stale)
