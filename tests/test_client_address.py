@@ -187,6 +187,10 @@ def test_metrics_believe_forwarded_addresses_only_as_far_as_trusted_proxies_wrot
     # A caller that is no proxy is who it is, whatever it writes.
     status, _, _ = web.request("GET", "/metrics", CALLER, {"X-Forwarded-For": "198.51.100.7"})
     assert status == 200
+    # The proxy forwarding no client (no header, or one that is no address): nobody is local.
+    for headers in ({}, {"X-Forwarded-For": "unknown"}):
+        status, _, _ = web.request("GET", "/metrics", PROXY, headers)
+        assert status == 401, headers
 
 
 def fail_until_locked(web, source: str, username: str, forwarded_for: list[str]) -> None:

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
-from engine.clientaddr import client_address, parse
+from engine.clientaddr import client_address, parse, trusted
 from engine.metrics import CONTENT_TYPE, exposition
 from engine.roles import VIEW_JOB
 
@@ -26,7 +26,13 @@ def _loopback(request: HttpRequest) -> bool:
     """The caller (through trusted proxies only: a forwarded header from anyone else is no
     claim to be local) is on a loopback address."""
     address = parse(client_address(request))
-    return address is not None and address.is_loopback
+    # A trusted proxy that forwarded no client leaves the walk at itself: that is no local
+    # caller (a local reverse proxy would make every caller one).
+    return (
+        address is not None
+        and address.is_loopback
+        and not trusted(address, settings.TRUSTED_PROXIES)
+    )
 
 
 def _allowed(request: HttpRequest) -> bool:
