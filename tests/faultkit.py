@@ -1,4 +1,5 @@
-"""Private services a fault test may stop and start (never the machine's shared ones)."""
+"""Private services a fault test may stop and start (never the machine's shared ones), and
+failures injected into the test database's own statements."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import redis
@@ -65,6 +67,34 @@ class PrivateRedis:
     def __exit__(self, *exc) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def refused(table: str, operation: str, condition: str = "true") -> Iterator[None]:
+    """While inside: ``operation`` (INSERT, UPDATE or DELETE) on ``table`` fails where
+    ``condition`` holds (SQL over the row, NEW or OLD), as a real database error would, in
+    the test's database (a PostgreSQL trigger, dropped on the way out)."""
+    from django.db import connection
+
+    row = "OLD" if operation == "DELETE" else "NEW"
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            CREATE FUNCTION test_refused() RETURNS trigger AS $$
+            BEGIN
+              IF {condition} THEN RAISE EXCEPTION 'injected failure'; END IF;
+              RETURN {row};
+            END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER test_refused BEFORE {operation} ON {table}
+               FOR EACH ROW EXECUTE FUNCTION test_refused();
+            """
+        )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cur:
+            cur.execute(f"DROP TRIGGER test_refused ON {table}")
+            cur.execute("DROP FUNCTION test_refused")
 
 
 class PrivatePostgres:

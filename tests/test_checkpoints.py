@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 import redis
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 from django.utils import timezone
 
 from engine.jobs import checkpoints
@@ -17,6 +17,7 @@ from engine.jobs.submission import submit_job
 from engine.master import commands, orchestration
 from engine.models import Checkpoint, ClusterState, MasterLease, Pipeline, TaskCheckpoint, TaskGroup
 from engine.protocol import member_queue
+from tests.faultkit import refused
 
 pytestmark = pytest.mark.django_db(transaction=True)
 EPOCH = 7
@@ -127,27 +128,16 @@ def test_no_checkpoint_completes_without_its_commit_when_ending_them_fails(engin
     broker = redis.Redis.from_url(settings.REDIS_URL)
     queue = member_queue(member.name)
     broker.delete(queue)
-    with connection.cursor() as cur:  # ending the second one fails, after the first committed
-        cur.execute(
-            """
-            CREATE FUNCTION test_checkpoint_fault() RETURNS trigger AS $$
-            BEGIN
-              IF EXISTS (SELECT 1 FROM engine_checkpoint WHERE state <> 'PENDING') THEN
-                RAISE EXCEPTION 'injected failure';
-              END IF;
-              RETURN NEW;
-            END $$ LANGUAGE plpgsql;
-            CREATE TRIGGER test_checkpoint_fault BEFORE UPDATE ON engine_checkpoint
-               FOR EACH ROW EXECUTE FUNCTION test_checkpoint_fault();
-            """
-        )
-    try:
-        with pytest.raises(DatabaseError):
-            orchestration.coordinate_checkpoints(engine.epoch)
-    finally:
-        with connection.cursor() as cur:
-            cur.execute("DROP TRIGGER test_checkpoint_fault ON engine_checkpoint")
-            cur.execute("DROP FUNCTION test_checkpoint_fault")
+    # Ending the second one fails, after the first was ended in the same transaction.
+    with (
+        refused(
+            "engine_checkpoint",
+            "UPDATE",
+            "EXISTS (SELECT 1 FROM engine_checkpoint WHERE state <> 'PENDING')",
+        ),
+        pytest.raises(DatabaseError),
+    ):
+        orchestration.coordinate_checkpoints(engine.epoch)
     assert commands.outbox.flush(5)
     states = dict(Checkpoint.objects.filter(pipeline=pipeline).values_list("id", "state"))
     assert sorted(states.values()) == ["PENDING", "PENDING"]

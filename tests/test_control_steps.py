@@ -9,11 +9,12 @@ import json
 import pytest
 import redis
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 
 from engine.master import commands, control
 from engine.models import ControlStep, Pipeline, TaskGroup
 from engine.protocol import CONTROL_QUEUE, member_queue
+from tests.faultkit import refused
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -93,25 +94,10 @@ def test_a_database_error_in_a_restore_hands_it_and_the_rest_to_the_workers(engi
     jobs, _ = failed_pipelines(engine, 3)
     broker.delete(CONTROL_QUEUE)
     first = Pipeline.objects.get(job=jobs[0])
-    with connection.cursor() as cur:  # the first restore's pipeline update fails
-        cur.execute(
-            f"""
-            CREATE FUNCTION test_restore_fault() RETURNS trigger AS $$
-            BEGIN
-              IF NEW.id = {first.id} THEN RAISE EXCEPTION 'injected failure'; END IF;
-              RETURN NEW;
-            END $$ LANGUAGE plpgsql;
-            CREATE TRIGGER test_restore_fault BEFORE UPDATE ON engine_pipeline
-               FOR EACH ROW EXECUTE FUNCTION test_restore_fault();
-            """
-        )
-    try:
+    # The first restore's pipeline update fails.
+    with refused("engine_pipeline", "UPDATE", f"NEW.id = {first.id}"):
         with pytest.raises(DatabaseError):
             control.enqueue_due_steps(engine.epoch)
-    finally:
-        with connection.cursor() as cur:
-            cur.execute("DROP TRIGGER test_restore_fault ON engine_pipeline")
-            cur.execute("DROP FUNCTION test_restore_fault")
     steps = list(ControlStep.objects.order_by("id"))
     assert [s.state for s in steps] == ["PENDING"] * 3
     assert commands.outbox.flush(5)
