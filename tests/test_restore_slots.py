@@ -72,6 +72,20 @@ def one_pipeline_lost(engine):
     return first, second, large
 
 
+def restores_once_a_member_joins(
+    engine, first: Pipeline, second: Pipeline, keep: dict, given_back: set[int]
+) -> None:
+    """A member of one slot joins: the restore runs on the slots it gave back and the new one,
+    and the running pipeline still has exactly its own."""
+    joined = engine.add_member(slots=1)
+    assert engine.restore_due() == ["restored"]
+    engine.run_deployed()
+    assert held(second) == keep
+    assert set(held(first)) == given_back | slots_of(joined, "ASSIGNED")
+    assert exactly_held() == set(keep) | set(held(first))
+    assert engine.running(first.job)
+
+
 def test_a_restore_short_of_slots_takes_none_and_leaves_the_running_pipeline_its_own(
     engine, one_pipeline_lost
 ):
@@ -89,13 +103,7 @@ def test_a_restore_short_of_slots_takes_none_and_leaves_the_running_pipeline_its
     assert exactly_held() == set(keep)
     assert Pipeline.objects.get(id=first.id).status == "FAILING"
 
-    joined = engine.add_member(slots=1)
-    assert engine.restore_due() == ["restored"]
-    engine.run_deployed()
-    assert held(second) == keep
-    assert set(held(first)) == free_before | slots_of(joined, "ASSIGNED")
-    assert exactly_held() == set(keep) | set(held(first))
-    assert engine.running(first.job)
+    restores_once_a_member_joins(engine, first, second, keep, free_before)
 
 
 @contextmanager
@@ -164,10 +172,4 @@ def test_a_restore_whose_new_member_is_lost_mid_way_frees_its_slots_not_the_surv
     assert slots_of(large, "FREE") == taken_on_large
     assert exactly_held() == set(keep)
 
-    again = engine.add_member(slots=1)
-    assert engine.restore_due() == ["restored"]
-    engine.run_deployed()
-    assert held(second) == keep
-    assert set(held(first)) == taken_on_large | slots_of(again, "ASSIGNED")
-    assert exactly_held() == set(keep) | set(held(first))
-    assert engine.running(first.job)
+    restores_once_a_member_joins(engine, first, second, keep, taken_on_large)
