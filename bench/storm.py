@@ -27,9 +27,10 @@ SIZES = tuple(int(n) for n in os.environ.get("KEEL_BENCH_STORM_JOBS", "10,100").
 GOALS = {10: 1.5, 100: 3.0}
 WORKERS = 4
 HEARTBEAT_TIMEOUT = 3.0
+CHECKPOINT_MS = int(os.environ.get("KEEL_BENCH_STORM_CHECKPOINT_MS", "1000"))
 
 JOB = """
-env { job.mode = STREAMING, parallelism = 1, checkpoint.interval = 1000,
+env { job.mode = STREAMING, parallelism = 1, checkpoint.interval = CHECKPOINT_MS,
       job.retry.interval.seconds = 0, job.retry.times = 1000, job.dirty-task.threshold = 100 }
 source { FakeSource { rows.per-second = 20 } }
 sink { Blackhole { } }
@@ -152,7 +153,9 @@ def run_size(template: DatabaseTemplate, jobs: int) -> None:
     try:
         cluster.up()
         for _ in range(jobs):
-            code, body = cluster.post("/api/v1/jobs", {"config": JOB})
+            code, body = cluster.post(
+                "/api/v1/jobs", {"config": JOB.replace("CHECKPOINT_MS", str(CHECKPOINT_MS))}
+            )
             assert code == 201, body
         for kill_master, what in ((True, "master + worker"), (False, "worker alone")):
             times: list[float] = []

@@ -23,6 +23,22 @@ from engine.states import MemberState
 #: The PostgreSQL LISTEN/NOTIFY channel an appending transaction notifies.
 EVENTS_CHANNEL = "keel_events"
 
+#: What every append runs first, in one round trip (every state change of the engine appends
+#: its events). Foreign keys are checked at commit by default: check them now, so the commit
+#: never waits for a row lock while this transaction holds the append lock. The notification
+#: wakes the web process's relay (dashboard push) when this transaction commits; one payload, so
+#: a transaction's notifications collapse into one.
+APPEND_PRELUDE = (
+    "SET CONSTRAINTS ALL IMMEDIATE",
+    "SELECT pg_advisory_xact_lock(%(append_class)s::int, %(append_object)s::int),"
+    " pg_notify(%(append_channel)s::text, '')",
+)
+APPEND_PRELUDE_PARAMS = {
+    "append_class": EVENT_APPEND[0],
+    "append_object": EVENT_APPEND[1],
+    "append_channel": EVENTS_CHANNEL,
+}
+
 
 def append_events(events: Iterable[EngineEvent]) -> list[EngineEvent]:
     """Append events inside the caller's transaction; must be its last write."""
@@ -32,13 +48,7 @@ def append_events(events: Iterable[EngineEvent]) -> list[EngineEvent]:
     if not connection.in_atomic_block:
         raise RuntimeError("append_events must run inside the state change's transaction")
     with connection.cursor() as cur:
-        # Foreign keys are checked at commit by default: check them now, so the commit never
-        # waits for a row lock while this transaction holds the append lock.
-        cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", EVENT_APPEND)
-        # Wakes the web process's relay (dashboard push) when this transaction commits; one
-        # payload, so a transaction's notifications collapse into one.
-        cur.execute("SELECT pg_notify(%s, '')", [EVENTS_CHANNEL])
+        cur.execute("; ".join(APPEND_PRELUDE), APPEND_PRELUDE_PARAMS)
     return EngineEvent.objects.bulk_create(events)
 
 

@@ -39,8 +39,12 @@ def fenced(epoch: int | None) -> Iterator[None]:
         with connection.cursor() as cur:
             # Never wait long for a lock on behalf of the master: a frozen lock holder must not
             # make us miss the lease renewal. The step fails and is retried on a later tick.
-            cur.execute("SET LOCAL lock_timeout = '1000ms'")
-            cur.execute("SELECT epoch FROM engine_masterlease WHERE id = 1 FOR KEY SHARE")
+            # One round trip for both: every master write starts here.
+            cur.execute(
+                "SET LOCAL lock_timeout = '1000ms';"
+                " SELECT epoch FROM engine_masterlease WHERE id = 1 FOR KEY SHARE"
+            )
+            cur.nextset()
             row = cur.fetchone()
         current = row[0] if row else None
         if epoch is None or current != epoch:

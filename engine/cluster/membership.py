@@ -20,7 +20,7 @@ import uuid as uuidlib
 from dataclasses import dataclass
 
 import psycopg
-from django.db import DatabaseError, connection, transaction
+from django.db import connection, transaction
 
 from engine import dirty
 from engine import events as builders
@@ -28,7 +28,6 @@ from engine.cluster.slots import create_fixed_slots
 from engine.cluster.versions import tracking_refusal
 from engine.connectors.jdbc_writers import member_sink_sessions
 from engine.dbsession import connect_dedicated, django_application_name
-from engine.events import append_events
 from engine.fencing import fenced
 from engine.locks import EVENT_APPEND, MEMBER_NAMESPACE, member_lock_key
 from engine.models import Member
@@ -253,26 +252,34 @@ def _end_membership(
     """
     check_transition(MEMBER_TRANSITIONS, MemberState.ALIVE, state)
     with connection.cursor() as cur:
+        # One statement: the sequence moves only if this update ended the member.
         cur.execute(
             """
-            UPDATE engine_member SET state = %s, ended_at = now(), end_reason = %s
-             WHERE id = %s AND state = %s
-            RETURNING uuid, name, address, pid
+            WITH ended AS (
+                UPDATE engine_member SET state = %s, ended_at = now(), end_reason = %s
+                 WHERE id = %s AND state = %s
+                RETURNING uuid, name, address, pid
+            ), bumped AS (
+                UPDATE engine_clusterstate
+                   SET member_event_sequence = member_event_sequence + 1
+                 WHERE id = 1 AND EXISTS (SELECT 1 FROM ended)
+                RETURNING member_event_sequence
+            )
+            SELECT e.uuid, e.name, e.address, e.pid, b.member_event_sequence
+              FROM ended e LEFT JOIN bumped b ON true
             """,
             [state, reason, member_id, MemberState.ALIVE],
         )
         row = cur.fetchone()
         if row is None:
             return None
-        cur.execute(
-            "UPDATE engine_clusterstate SET member_event_sequence = member_event_sequence + 1"
-            " WHERE id = 1 RETURNING member_event_sequence"
-        )
-        seq = cur.fetchone()[0]
+        if row[4] is None:
+            raise RuntimeError("the cluster state row is missing: no member event sequence")
+        seq = row[4]
     member = Member(id=member_id, uuid=row[0], name=row[1], address=row[2], pid=row[3], state=state)
     tracked = dirty.on_member_lost(member, seq, epoch, classification)  # waits for job state
-    append_events([builders.member_ended(member, reason, seq, epoch, tracked.classification)])
-    tracked.append()  # rows before the append lock, which the dirty.* events then share
+    # The tracked rows are written before the append lock, which the events then take.
+    tracked.append(builders.member_ended(member, reason, seq, epoch, tracked.classification))
     return member
 
 
@@ -307,12 +314,14 @@ def end_member_sessions(member: Member) -> None:
     its sink sessions in any database of this server), so a frozen member that wakes finds
     itself fenced and cannot finish a half-done write.
 
-    One by one: a session we may not end (a sink session logged in as a role the engine is
-    not a member of) is logged and passed over, and never spares the others."""
+    One statement: ``keel_end_session`` (a database function) ends one session and returns
+    why it could not, so a session we may not end (a sink session logged in as a role the
+    engine is not a member of) is logged and passed over, and never spares the others."""
     with connection.cursor() as cur:
         cur.execute(
             """
-            SELECT pid, usename, application_name FROM pg_stat_activity
+            SELECT pid, usename, application_name, keel_end_session(pid)
+              FROM pg_stat_activity
              WHERE ((datname = current_database() AND application_name IN (%s, %s))
                 OR application_name LIKE %s)
                AND pid <> pg_backend_pid()
@@ -324,20 +333,16 @@ def end_member_sessions(member: Member) -> None:
                 member_sink_sessions(member.uuid),
             ],
         )
-        sessions = cur.fetchall()
-    for pid, role, name in sessions:
-        try:
-            with transaction.atomic(), connection.cursor() as cur:
-                cur.execute("SELECT pg_terminate_backend(%s)", [pid])
-        except DatabaseError as exc:
-            log.warning(
-                "could not end session %s (%s, role %s) of removed member %s: %s",
-                pid,
-                name,
-                role,
-                member.name,
-                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
-            )
+        refused = [row for row in cur.fetchall() if row[3] is not None]
+    for pid, role, name, error in refused:
+        log.warning(
+            "could not end session %s (%s, role %s) of removed member %s: %s",
+            pid,
+            name,
+            role,
+            member.name,
+            error.strip().splitlines()[0] if error.strip() else "refused",
+        )
 
 
 def find_dead_members(heartbeat_timeout: float) -> list[tuple[int, str]]:

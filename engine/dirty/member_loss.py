@@ -3,6 +3,7 @@ registered in the transaction that ends the membership, in a constant number of 
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 
@@ -16,10 +17,9 @@ from engine.dirty.tracking import (
     record_gap,
     tracker_failed,
 )
-from engine.models import (
-    EngineEvent,
-    Member,
-)
+from engine.events import APPEND_PRELUDE, APPEND_PRELUDE_PARAMS, append_events
+from engine.models import EngineEvent, Member
+from engine.roundtrips import in_savepoint
 from engine.states import (
     EXECUTION_DEPLOYED,
     EpisodeStatus,
@@ -33,28 +33,44 @@ log = logging.getLogger("keel.dirty")
 #: Task-group statuses of jobs a member loss does not concern (not placed on a member).
 NOT_AFFECTED = sorted(frozenset(ExecutionStatus) - EXECUTION_DEPLOYED)
 
-#: Lock the state rows of the enabled jobs with live task groups on the lost member, in job
-#: order (the lock order of every tracker change).
-_LOCK_AFFECTED = """
-    SELECT s.job_id
-      FROM engine_dirtyjobstate s
-     WHERE s.job_id IN (SELECT t.job_id FROM engine_taskgroup t
-                         WHERE t.member_id = %(member)s AND t.status <> ALL(%(not_affected)s))
-       {only}
-     ORDER BY s.job_id
-       {lock}
+#: The enabled jobs with live task groups on the lost member (the tracker's definition of an
+#: affected job).
+_AFFECTED = """
+    s.job_id IN (SELECT t.job_id FROM engine_taskgroup t
+                  WHERE t.member_id = %(member)s::bigint
+                    AND t.status <> ALL(%(not_affected)s::text[]))
 """
 
-#: With the rows locked (a fresh snapshot sees their latest values): register the incidents not
-#: registered yet, open an episode where none is active, and count. One statement whatever the
-#: number of jobs.
+#: The affected jobs without locks: the scan of the job-by-job retry (the batch rolled back).
+_SCAN_AFFECTED = f"SELECT s.job_id FROM engine_dirtyjobstate s WHERE {_AFFECTED} ORDER BY s.job_id"
+
+#: The batch's watermark advance, in the statement that registers the losses (the savepoint
+#: around that statement undoes both if it fails).
+_ADVANCE = """
+    advanced AS (
+        UPDATE engine_clusterstate SET dirty_handled_sequence = %(sequence)s::bigint
+         WHERE id = 1 AND dirty_handled_sequence = %(sequence)s::bigint - 1
+    ),
+"""
+
+#: One statement whatever the number of jobs: lock the selected state rows in job order (the
+#: lock order of every tracker change; a row that was being changed is read at its latest
+#: version once locked), register the incidents not registered yet, open an episode where none
+#: is active, and count. An incident another transaction registered after this statement began
+#: is invisible to it: the insert then breaks ``incident_once`` and the caller retries job by
+#: job, each in a statement of its own that sees it.
 _MERGE = """
-WITH locked AS (
+WITH {advance} affected AS (
     SELECT s.job_id, s.active_episode_id
       FROM engine_dirtyjobstate s
-     WHERE s.job_id = ANY(%(jobs)s::bigint[])
-       AND NOT EXISTS (SELECT 1 FROM engine_memberlossincident i
-                        WHERE i.job_id = s.job_id AND i.lost_member_uuid = %(uuid)s::uuid)
+     WHERE {selection}
+     ORDER BY s.job_id
+       FOR NO KEY UPDATE OF s
+), locked AS (
+    SELECT a.job_id, a.active_episode_id
+      FROM affected a
+     WHERE NOT EXISTS (SELECT 1 FROM engine_memberlossincident i
+                        WHERE i.job_id = a.job_id AND i.lost_member_uuid = %(uuid)s::uuid)
 ), opened AS (
     INSERT INTO engine_recoveryepisode
            (job_id, status, classification, generation, started_at, last_activity_at, end_reason)
@@ -103,26 +119,30 @@ _MERGE_VALUES = {
     "unclassified": LeaveClassification.UNCLASSIFIED,
 }
 
-#: The ``dirty.incident`` events of one member loss, in one statement (MemberLossEvents.append,
-#: under the event-append lock: engine.events).
-_INCIDENT_EVENTS = """
+#: The member's own ``member.*`` event and the ``dirty.incident`` events of its loss, in that
+#: order, in one statement (MemberLossEvents.append, after the append prelude: engine.events).
+_EVENTS = """
 INSERT INTO engine_engineevent (at, kind, job_id, member_id, epoch, payload)
-SELECT now(), 'dirty.incident', v.job_id, NULL, %(epoch)s,
-       jsonb_build_object('lostMemberUuid', %(uuid)s::text, 'lostAddress', %(address)s::text,
-                          'classification', %(classification)s::text,
-                          'episodeId', v.episode_id, 'episodeStarted', v.opened,
-                          'memberEventSequence', %(sequence)s::bigint)
-  FROM unnest(%(jobs)s::bigint[], %(episodes)s::bigint[], %(opened)s::boolean[])
-       AS v(job_id, episode_id, opened)
- ORDER BY v.job_id
+SELECT now(), e.kind, e.job_id, e.member_id, e.epoch, e.payload
+  FROM (SELECT 0 AS part, %(kind)s::text AS kind, NULL::bigint AS job_id,
+               %(member)s::bigint AS member_id, %(ended_epoch)s::bigint AS epoch,
+               %(payload)s::text::jsonb AS payload
+         WHERE %(kind)s::text IS NOT NULL
+        UNION ALL
+        SELECT 1, 'dirty.incident', v.job_id, NULL, %(epoch)s::bigint,
+               %(common)s::text::jsonb
+               || jsonb_build_object('episodeId', v.episode_id, 'episodeStarted', v.opened)
+          FROM unnest(%(jobs)s::bigint[], %(episodes)s::bigint[], %(opened)s::boolean[])
+               AS v(job_id, episode_id, opened)) e
+ ORDER BY e.part, e.job_id
 """
 
 
 @dataclass
 class MemberLossEvents:
-    """The ``dirty.*`` events of one member event, appended by the caller once it holds the
-    event-append lock (after its own ``member.*`` event): the lock is taken last, so waiting for
-    a job's state row never happens while holding it (engine.events)."""
+    """The ``dirty.*`` events of one member event, appended after the caller's own ``member.*``
+    event once the tracked rows are written: the append lock is taken last, so waiting for a
+    job's state row never happens while holding it (engine.events)."""
 
     member: Member
     sequence: int
@@ -135,33 +155,58 @@ class MemberLossEvents:
     def registered(self) -> int:
         return len(self.incidents)
 
-    def append(self) -> None:
-        """Insert the events (set-based); the caller's transaction holds the append lock.
-        Never raises: the tracked state is committed with the removal all the same."""
-        try:
-            with transaction.atomic():
-                self._append()
-        except Exception:
-            log.exception("could not append the dirty.* events of member event %s", self.sequence)
-
-    def _append(self) -> None:
-        if self.incidents:
-            with connection.cursor() as cur:
-                cur.execute(
-                    _INCIDENT_EVENTS,
-                    {
-                        "uuid": self.member.uuid,
-                        "address": self.member.address,
-                        "classification": self.classification,
-                        "sequence": self.sequence,
-                        "epoch": self.epoch,
-                        "jobs": [i[0] for i in self.incidents],
-                        "episodes": [i[1] for i in self.incidents],
-                        "opened": [i[2] for i in self.incidents],
-                    },
+    def append(self, ended: EngineEvent | None = None) -> None:
+        """Append ``ended`` (the member's own event, if any) and then these events, inside the
+        caller's transaction. Never fails for the ``dirty.*`` events: should they not insert,
+        ``ended`` is appended alone and the tracked state is committed with the removal all the
+        same."""
+        if not self.incidents:
+            append_events([ended] if ended else [])
+        else:
+            try:
+                in_savepoint(
+                    "member_loss_events",
+                    [
+                        (APPEND_PRELUDE[0], None),
+                        (APPEND_PRELUDE[1], APPEND_PRELUDE_PARAMS),
+                        (_EVENTS, self._parameters(ended)),
+                    ],
                 )
+            except Exception:
+                log.exception(
+                    "could not append the dirty.* events of member event %s", self.sequence
+                )
+                append_events([ended] if ended else [])
         if self.failures:
-            EngineEvent.objects.bulk_create(self.failures)
+            try:
+                with transaction.atomic():
+                    EngineEvent.objects.bulk_create(self.failures)
+            except Exception:
+                log.exception(
+                    "could not append the tracker's failures of member event %s", self.sequence
+                )
+
+    def _parameters(self, ended: EngineEvent | None) -> dict:
+        events = {
+            "kind": ended and ended.kind,
+            "member": ended and ended.member_id,
+            "ended_epoch": ended and ended.epoch,
+            "epoch": self.epoch,
+            "payload": json.dumps(ended and ended.payload),
+        }
+        common = {
+            "lostMemberUuid": str(self.member.uuid),
+            "lostAddress": self.member.address,
+            "classification": self.classification,
+            "memberEventSequence": self.sequence,
+        }
+        return {
+            **events,
+            "common": json.dumps(common),
+            "jobs": [i[0] for i in self.incidents],
+            "episodes": [i[1] for i in self.incidents],
+            "opened": [i[2] for i in self.incidents],
+        }
 
 
 def on_member_lost(
@@ -178,27 +223,21 @@ def on_member_lost(
     classification = classification or classify_leave(member)
     out = MemberLossEvents(member, sequence, epoch, classification, [], [])
     try:
-        with transaction.atomic():
-            out.incidents = _register_losses(member, sequence, classification, None)
-            _advance_watermark(sequence)
-            return out
+        out.incidents = _register_losses(member, sequence, classification, None)
+        return out  # the watermark advanced in the same statement (_ADVANCE)
     except Exception as exc:  # the batch failed: isolate the job(s) that cannot be tracked
         log.warning("batched member-loss tracking failed, retrying job by job: %s", exc)
         out.incidents = []
     try:
         with transaction.atomic(), connection.cursor() as cur:
-            cur.execute(
-                _LOCK_AFFECTED.format(only="", lock=""),  # only a scan: the batch rolled back
-                {"member": member.id, "not_affected": NOT_AFFECTED},
-            )
+            cur.execute(_SCAN_AFFECTED, {"member": member.id, "not_affected": NOT_AFFECTED})
             affected = [r[0] for r in cur.fetchall()]
     except Exception as exc:
         out.failures += tracker_failed([], epoch, "member-loss scan", exc)
         return out  # the shared watermark stays behind: every enabled job reads UNKNOWN
     for job_id in affected:
         try:
-            with transaction.atomic():
-                out.incidents += _register_losses(member, sequence, classification, [job_id])
+            out.incidents += _register_losses(member, sequence, classification, [job_id])
         except Exception as exc:
             out.failures += tracker_failed([job_id], epoch, "member-loss incident", exc)
             if not record_gap(job_id, str(exc), sequence=sequence):
@@ -228,8 +267,10 @@ def _register_losses(
     classification: str,
     only: list[int] | None,
 ) -> list[tuple[int, int, bool]]:
-    """Register ``member``'s loss for the affected enabled jobs (all, or ``only``); returns
-    (job id, episode id, episode opened) of each job that got a new incident."""
+    """Register ``member``'s loss for the affected enabled jobs (all, or ``only``), in one
+    statement under a savepoint of its own (rolled back if it fails); returns (job id, episode
+    id, episode opened) of each job that got a new incident. For all of them (the batch), the
+    shared watermark advances to ``sequence`` in the same statement."""
     params = {
         "member": member.id,
         "not_affected": NOT_AFFECTED,
@@ -240,14 +281,9 @@ def _register_losses(
         "only": only or [],
         **_MERGE_VALUES,
     }
-    with connection.cursor() as cur:
-        only_sql = "" if only is None else "AND s.job_id = ANY(%(only)s)"
-        cur.execute(_LOCK_AFFECTED.format(only=only_sql, lock="FOR NO KEY UPDATE OF s"), params)
-        jobs = [r[0] for r in cur.fetchall()]
-        if not jobs:
-            return []
-        cur.execute(_MERGE, {**params, "jobs": jobs})
-        return [tuple(row) for row in cur.fetchall()]
+    selection = _AFFECTED if only is None else f"{_AFFECTED} AND s.job_id = ANY(%(only)s::bigint[])"
+    merge = _MERGE.format(advance=_ADVANCE if only is None else "", selection=selection)
+    return [tuple(row) for row in in_savepoint("member_loss", [(merge, params)])]
 
 
 def merge_incidents(
@@ -257,9 +293,9 @@ def merge_incidents(
     caller): the same statement, without touching the watermark; events returned."""
     with connection.cursor() as cur:
         cur.execute(
-            _MERGE,
+            _MERGE.format(advance="", selection="s.job_id = %(job)s"),
             {
-                "jobs": [job_id],
+                "job": job_id,
                 "uuid": member.uuid,
                 "address": member.address,
                 "classification": classification,
