@@ -8,7 +8,7 @@ longer owns it, changes nothing (it returns False).
 
 from __future__ import annotations
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from engine import events as builders
@@ -17,6 +17,7 @@ from engine.events import append_events
 from engine.jobs import rollup
 from engine.models import Job, TaskGroup
 from engine.states import (
+    EXECUTION_LIVE,
     EXECUTION_TERMINAL,
     EXECUTION_TRANSITIONS,
     JOB_TERMINAL,
@@ -98,6 +99,39 @@ def readers_live(pipeline_id: int) -> bool:
     )
 
 
+def enumerators_checked(member_id: int, enumerators: list[tuple[int, int, int]]) -> dict:
+    """For each (task group id, attempt, pipeline id) of an enumerator on ``member_id``, by
+    (task group id, attempt): (still this member's live attempt, some reader of its pipeline
+    live), in one statement
+    for every enumerator of the member (they ask every ``ENUMERATOR_CHECK_INTERVAL``)."""
+    if not enumerators:
+        return {}
+    ids, attempts, pipelines = (list(column) for column in zip(*enumerators, strict=True))
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT e.id, e.attempt,
+                   EXISTS (SELECT 1 FROM engine_taskgroup t
+                            WHERE t.id = e.id AND t.attempt = e.attempt
+                              AND t.member_id = %(member)s AND t.status = ANY(%(live)s)),
+                   EXISTS (SELECT 1 FROM engine_taskgroup r
+                            WHERE r.pipeline_id = e.pipeline AND r.kind = %(reader)s
+                              AND r.status = ANY(%(live)s))
+              FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(pipelines)s::bigint[])
+                   AS e(id, attempt, pipeline)
+            """,
+            {
+                "member": member_id,
+                "live": sorted(EXECUTION_LIVE),
+                "reader": TaskGroupKind.READER,
+                "ids": ids,
+                "attempts": attempts,
+                "pipelines": pipelines,
+            },
+        )
+        return {(row[0], row[1]): (row[2], row[3]) for row in cur.fetchall()}
+
+
 def report_metrics(
     task_group_id: int,
     attempt: int,
@@ -163,45 +197,88 @@ def finish_task_group(
         job = _lock_job_of(task_group_id)
         if job is None:
             return False
-        query = TaskGroup.objects.select_for_update(no_key=True, of=("self",)).filter(
-            id=task_group_id, attempt=attempt
+        events = _end_group(
+            job, task_group_id, attempt, member_id, status, error, metrics, lost_member_id, planned
         )
-        if member_id is not None:  # a member reports: only while it owns the group and lives
-            query = query.on_alive_members().filter(member_id=member_id)
-        group = query.first()
-        if group is None or group.status in EXECUTION_TERMINAL:
+        if events is None:
             return False
-        check_transition(EXECUTION_TRANSITIONS, group.status, status)
-        previous, group.status = group.status, status
-        group.error_msg = error[:4000]
-        group.lost_member_id = lost_member_id
-        group.planned_move = planned and lost_member_id is not None
-        held, group.slot_id = group.slot_id, None
-        fields = ["status", "error_msg", "updated_at", "lost_member", "planned_move", "slot"]
-        group.updated_at = Now()
-        if metrics is not None:
-            (
-                group.source_received,
-                group.sink_written,
-                group.rows_per_second,
-                group.busy_seconds,
-                group.cpu_seconds,
-            ) = metrics
-            fields += [
-                "source_received",
-                "sink_written",
-                "rows_per_second",
-                "busy_seconds",
-                "cpu_seconds",
-            ]
-        group.save(update_fields=fields)
-        if held:
-            slot_transitions.free(held)
-        events = [
-            builders.taskgroup_status(
-                job.id, group.id, attempt, previous, status, member_id=group.member_id, error=error
-            )
-        ]
-        events += rollup.settle_job(job)
-        append_events(events)
+        append_events(events + rollup.settle_job(job))
     return True
+
+
+def fail_lost_task_groups(job_id: int, lost: list[tuple[int, int, int, str]]) -> int:
+    """The master fails task groups of ``job_id`` whose member is gone, each (task group id,
+    attempt, lost member id, reason), in one transaction of the caller's (fenced): the job is
+    locked and rolled up once, whatever the number of groups. Returns how many it failed."""
+    job = Job.objects.select_for_update(no_key=True).filter(id=job_id).first()
+    if job is None:
+        return 0
+    events: list = []
+    for task_group_id, attempt, lost_member_id, reason in lost:
+        ended = _end_group(
+            job,
+            task_group_id,
+            attempt,
+            None,
+            ExecutionStatus.FAILED,
+            reason,
+            lost_member_id=lost_member_id,
+        )
+        events += ended or []
+    if events:
+        append_events(events + rollup.settle_job(job))
+    return len(events)
+
+
+def _end_group(
+    job: Job,
+    task_group_id: int,
+    attempt: int,
+    member_id: int | None,
+    status: str,
+    error: str = "",
+    metrics: tuple[int, int, float, float, float] | None = None,
+    lost_member_id: int | None = None,
+    planned: bool = False,
+) -> list | None:
+    """End one task group of ``job`` (locked by the caller): its event, or None if this attempt
+    had ended already (or is not ``member_id``'s)."""
+    query = TaskGroup.objects.select_for_update(no_key=True, of=("self",)).filter(
+        id=task_group_id, attempt=attempt, job_id=job.id
+    )
+    if member_id is not None:  # a member reports: only while it owns the group and lives
+        query = query.on_alive_members().filter(member_id=member_id)
+    group = query.first()
+    if group is None or group.status in EXECUTION_TERMINAL:
+        return None
+    check_transition(EXECUTION_TRANSITIONS, group.status, status)
+    previous, group.status = group.status, status
+    group.error_msg = error[:4000]
+    group.lost_member_id = lost_member_id
+    group.planned_move = planned and lost_member_id is not None
+    held, group.slot_id = group.slot_id, None
+    fields = ["status", "error_msg", "updated_at", "lost_member", "planned_move", "slot"]
+    group.updated_at = Now()
+    if metrics is not None:
+        (
+            group.source_received,
+            group.sink_written,
+            group.rows_per_second,
+            group.busy_seconds,
+            group.cpu_seconds,
+        ) = metrics
+        fields += [
+            "source_received",
+            "sink_written",
+            "rows_per_second",
+            "busy_seconds",
+            "cpu_seconds",
+        ]
+    group.save(update_fields=fields)
+    if held:
+        slot_transitions.free(held)
+    return [
+        builders.taskgroup_status(
+            job.id, group.id, attempt, previous, status, member_id=group.member_id, error=error
+        )
+    ]

@@ -193,16 +193,22 @@ class TaskGroupThread(threading.Thread):
         # The enumerator holds its slot for the pipeline's life, as in Zeta. Its mailbox is
         # drained every tick; the database is asked less often (a cancel sets ``stop`` at once).
         checked = time.monotonic()
-        while not self.stop.wait(ENUMERATOR_TICK):
-            self.mailbox.drain(handle)
-            if time.monotonic() - checked < ENUMERATOR_CHECK_INTERVAL:
-                continue
-            checked = time.monotonic()
-            if not self.db("looking at its readers", lifecycle.readers_live, pipeline.id):
-                return
-            if not self.still_current():
-                self.stop.set()
-                return
+        watch = self.runtime.enumerators
+        watch.add(self.task_group_id, self.attempt, pipeline.id)
+        try:
+            while not self.stop.wait(ENUMERATOR_TICK):
+                self.mailbox.drain(handle)
+                if time.monotonic() - checked < ENUMERATOR_CHECK_INTERVAL:
+                    continue
+                checked = time.monotonic()
+                current, readers_live = self.db("checking its attempt", watch.check, self)
+                if not readers_live:
+                    return
+                if not current:
+                    self.stop.set()
+                    return
+        finally:
+            watch.discard(self.task_group_id, self.attempt)
 
     def run_reader(self, group: TaskGroup) -> Counters:
         pipeline = group.pipeline
@@ -281,6 +287,52 @@ class TaskGroupThread(threading.Thread):
             commits.apply(chain, now=True)
 
 
+class EnumeratorWatch:
+    """What every Lane B enumerator of this member asks the database every
+    ``ENUMERATOR_CHECK_INTERVAL`` (is its attempt still current, does a reader of its pipeline
+    live), asked for all of them in one statement by whichever asks first after the interval:
+    the member's idle enumerators cost one query an interval, not two each."""
+
+    def __init__(self, member_id: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.member_id = member_id
+        self.clock = clock
+        self._lock = threading.Lock()  # the registrations and the last answers
+        self._refresh = threading.Lock()  # one statement at a time
+        self._watched: dict[tuple[int, int], int] = {}  # (task group, attempt) -> pipeline
+        self._answers: dict[tuple[int, int], tuple[bool, bool]] = {}
+        self._asked: dict[tuple[int, int], float] = {}  # when each was last in an answer
+        self._answered_at = float("-inf")
+
+    def add(self, task_group_id: int, attempt: int, pipeline_id: int) -> None:
+        with self._lock:
+            self._watched[(task_group_id, attempt)] = pipeline_id
+
+    def discard(self, task_group_id: int, attempt: int) -> None:
+        with self._lock:
+            self._watched.pop((task_group_id, attempt), None)
+            self._asked.pop((task_group_id, attempt), None)
+
+    def check(self, thread: TaskGroupThread) -> tuple[bool, bool]:
+        """(current, readers live) for ``thread``, from an answer no older than half the check
+        interval (or a new one, for every enumerator watched)."""
+        key = (thread.task_group_id, thread.attempt)
+        with self._refresh:
+            with self._lock:
+                fresh = self._asked.get(key, float("-inf")) > self.clock() - (
+                    ENUMERATOR_CHECK_INTERVAL / 2
+                )
+                if fresh:
+                    return self._answers[key]
+                watched = [(tg, at, pipeline) for (tg, at), pipeline in self._watched.items()]
+            started = self.clock()
+            answers = lifecycle.enumerators_checked(self.member_id, watched)
+            with self._lock:
+                self._answers = answers
+                for tg, at, _ in watched:
+                    self._asked[(tg, at)] = started
+                return answers.get(key, (True, True))  # not asked: the next check asks
+
+
 class MemberRuntime:
     """Task groups running in this member, by (task group id, attempt)."""
 
@@ -292,6 +344,7 @@ class MemberRuntime:
         #: its enumerators and readers send (and answer), and the coordinators' async workers.
         self.budget = WorkerBudget(settings.ENGINE["source-runtime.worker-mailbox.max-bytes"])
         self.outbox = Outbox()
+        self.enumerators = EnumeratorWatch(member.id)
         self._pool: SharedWorkerPool | None = None
 
     def pool(self) -> SharedWorkerPool:
