@@ -44,6 +44,14 @@ _AFFECTED = """
 #: The affected jobs without locks: the scan of the job-by-job retry (the batch rolled back).
 _SCAN_AFFECTED = f"SELECT s.job_id FROM engine_dirtyjobstate s WHERE {_AFFECTED} ORDER BY s.job_id"
 
+#: Lock the selected state rows in job order (the lock order of every tracker change).
+_LOCK = """
+    SELECT s.job_id FROM engine_dirtyjobstate s
+     WHERE {selection}
+     ORDER BY s.job_id
+       FOR NO KEY UPDATE OF s
+"""
+
 #: The batch's watermark advance, in the statement that registers the losses (the savepoint
 #: around that statement undoes both if it fails).
 _ADVANCE = """
@@ -53,12 +61,9 @@ _ADVANCE = """
     ),
 """
 
-#: One statement whatever the number of jobs: lock the selected state rows in job order (the
-#: lock order of every tracker change; a row that was being changed is read at its latest
-#: version once locked), register the incidents not registered yet, open an episode where none
-#: is active, and count. An incident another transaction registered after this statement began
-#: is invisible to it: the insert then breaks ``incident_once`` and the caller retries job by
-#: job, each in a statement of its own that sees it.
+#: One statement whatever the number of jobs, after _LOCK (sent with it): register the
+#: incidents not registered yet, open an episode where none is active, and count. Its own lock
+#: is the restore preparation's (one job) and a no-op after _LOCK.
 _MERGE = """
 WITH {advance} affected AS (
     SELECT s.job_id, s.active_episode_id
@@ -283,7 +288,11 @@ def _register_losses(
     }
     selection = _AFFECTED if only is None else f"{_AFFECTED} AND s.job_id = ANY(%(only)s::bigint[])"
     merge = _MERGE.format(advance=_ADVANCE if only is None else "", selection=selection)
-    return [tuple(row) for row in in_savepoint("member_loss", [(merge, params)])]
+    # The lock first, in a statement of its own: the merge's snapshot, taken after the locks
+    # were granted, then sees what a transaction that held a row committed (its episode, say).
+    lock = _LOCK.format(selection=selection)
+    steps = [(lock, params), (merge, params)]
+    return [tuple(row) for row in in_savepoint("member_loss", steps)]
 
 
 def merge_incidents(

@@ -206,13 +206,15 @@ def finish_task_group(
     return True
 
 
-def fail_lost_task_groups(job_id: int, lost: list[tuple[int, int, int, str]]) -> int:
+def fail_lost_task_groups(job_id: int, lost: list[tuple[int, int, int, str]]) -> list:
     """The master fails task groups of ``job_id`` whose member is gone, each (task group id,
-    attempt, lost member id, reason), in one transaction of the caller's (fenced): the job is
-    locked and rolled up once, whatever the number of groups. Returns how many it failed."""
+    attempt, lost member id, reason), in the caller's (fenced) transaction: the job is locked
+    and rolled up once, whatever the number of groups. Returns the events, for the caller to
+    append once, last, for every job of its transaction (engine.events: the append lock is
+    taken last, or a worker holding a job row would wait for it while we wait for that row)."""
     job = Job.objects.select_for_update(no_key=True).filter(id=job_id).first()
     if job is None:
-        return 0
+        return []
     events: list = []
     for task_group_id, attempt, lost_member_id, reason in lost:
         ended = _end_group(
@@ -225,9 +227,7 @@ def fail_lost_task_groups(job_id: int, lost: list[tuple[int, int, int, str]]) ->
             lost_member_id=lost_member_id,
         )
         events += ended or []
-    if events:
-        append_events(events + rollup.settle_job(job))
-    return len(events)
+    return events + rollup.settle_job(job) if events else []
 
 
 def _end_group(

@@ -15,6 +15,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from engine import dirty
+from engine.events import append_events
 from engine.fencing import fenced
 from engine.jobs import checkpoints, drain, lifecycle, terminal
 from engine.jobs.scheduler import Deployment, schedule_next
@@ -128,8 +129,12 @@ def fail_lost_task_groups(epoch: int) -> bool:
     count = 0
     for start in range(0, len(jobs), LOST_JOBS_PER_TRANSACTION):
         with fenced(epoch):
+            events = []
             for job_id in jobs[start : start + LOST_JOBS_PER_TRANSACTION]:
-                count += lifecycle.fail_lost_task_groups(job_id, by_job[job_id])
+                ended = lifecycle.fail_lost_task_groups(job_id, by_job[job_id])
+                count += sum(1 for event in ended if event.kind == "taskgroup.status")
+                events += ended
+            append_events(events)  # last: the append lock never waits for a job row
     log.warning("failed %s task groups of lost members", count)
     return count > 0
 

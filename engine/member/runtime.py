@@ -314,23 +314,30 @@ class EnumeratorWatch:
 
     def check(self, thread: TaskGroupThread) -> tuple[bool, bool]:
         """(current, readers live) for ``thread``, from an answer no older than half the check
-        interval (or a new one, for every enumerator watched)."""
+        interval, or a new one for every enumerator watched. While another thread asks, the
+        last answer stands (never a wait: the enumerator's mailbox is drained meanwhile)."""
         key = (thread.task_group_id, thread.attempt)
-        with self._refresh:
+        with self._lock:
+            last = self._answers.get(key)
+            if last is not None and self._asked.get(key, float("-inf")) > self.clock() - (
+                ENUMERATOR_CHECK_INTERVAL / 2
+            ):
+                return last
+        if not self._refresh.acquire(blocking=False):
+            return last or (True, True)  # being asked now: the next check reads the answer
+        try:
             with self._lock:
-                fresh = self._asked.get(key, float("-inf")) > self.clock() - (
-                    ENUMERATOR_CHECK_INTERVAL / 2
-                )
-                if fresh:
-                    return self._answers[key]
                 watched = [(tg, at, pipeline) for (tg, at), pipeline in self._watched.items()]
             started = self.clock()
             answers = lifecycle.enumerators_checked(self.member_id, watched)
             with self._lock:
                 self._answers = answers
                 for tg, at, _ in watched:
-                    self._asked[(tg, at)] = started
+                    if (tg, at) in self._watched:  # not one that ended meanwhile
+                        self._asked[(tg, at)] = started
                 return answers.get(key, (True, True))  # not asked: the next check asks
+        finally:
+            self._refresh.release()
 
 
 class MemberRuntime:
