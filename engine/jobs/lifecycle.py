@@ -8,6 +8,8 @@ longer owns it, changes nothing (it returns False).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
@@ -197,9 +199,8 @@ def finish_task_group(
         job = _lock_job_of(task_group_id)
         if job is None:
             return False
-        events = _end_group(
-            job, task_group_id, attempt, member_id, status, error, metrics, lost_member_id, planned
-        )
+        ending = Ending(error, metrics, lost_member_id, planned)
+        events = _end_group(job, task_group_id, attempt, member_id, status, ending)
         if events is None:
             return False
         append_events(events + rollup.settle_job(job))
@@ -217,32 +218,29 @@ def fail_lost_task_groups(job_id: int, lost: list[tuple[int, int, int, str]]) ->
         return []
     events: list = []
     for task_group_id, attempt, lost_member_id, reason in lost:
-        ended = _end_group(
-            job,
-            task_group_id,
-            attempt,
-            None,
-            ExecutionStatus.FAILED,
-            reason,
-            lost_member_id=lost_member_id,
-        )
+        ending = Ending(reason, lost_member_id=lost_member_id)
+        ended = _end_group(job, task_group_id, attempt, None, ExecutionStatus.FAILED, ending)
         events += ended or []
     return events + rollup.settle_job(job) if events else []
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How a task group ends, beyond its status (finish_task_group's arguments)."""
+
+    error: str = ""
+    metrics: tuple[int, int, float, float, float] | None = None
+    lost_member_id: int | None = None
+    planned: bool = False
+
+
 def _end_group(
-    job: Job,
-    task_group_id: int,
-    attempt: int,
-    member_id: int | None,
-    status: str,
-    error: str = "",
-    metrics: tuple[int, int, float, float, float] | None = None,
-    lost_member_id: int | None = None,
-    planned: bool = False,
+    job: Job, task_group_id: int, attempt: int, member_id: int | None, status: str, end: Ending
 ) -> list | None:
     """End one task group of ``job`` (locked by the caller): its event, or None if this attempt
     had ended already (or is not ``member_id``'s)."""
+    error, metrics, lost_member_id = end.error, end.metrics, end.lost_member_id
+    planned = end.planned
     query = TaskGroup.objects.select_for_update(no_key=True, of=("self",)).filter(
         id=task_group_id, attempt=attempt, job_id=job.id
     )
