@@ -61,21 +61,17 @@ _ADVANCE = """
     ),
 """
 
-#: One statement whatever the number of jobs, after _LOCK (sent with it): register the
-#: incidents not registered yet, open an episode where none is active, and count. Its own lock
-#: is the restore preparation's (one job) and a no-op after _LOCK.
+#: With the selected rows locked by an earlier statement (_LOCK, sent with it; or the restore
+#: preparation's lock), whose snapshot therefore sees their latest values: register the
+#: incidents not registered yet, open an episode where none is active, and count. One
+#: statement whatever the number of jobs.
 _MERGE = """
-WITH {advance} affected AS (
+WITH {advance} locked AS (
     SELECT s.job_id, s.active_episode_id
       FROM engine_dirtyjobstate s
      WHERE {selection}
-     ORDER BY s.job_id
-       FOR NO KEY UPDATE OF s
-), locked AS (
-    SELECT a.job_id, a.active_episode_id
-      FROM affected a
-     WHERE NOT EXISTS (SELECT 1 FROM engine_memberlossincident i
-                        WHERE i.job_id = a.job_id AND i.lost_member_uuid = %(uuid)s::uuid)
+       AND NOT EXISTS (SELECT 1 FROM engine_memberlossincident i
+                        WHERE i.job_id = s.job_id AND i.lost_member_uuid = %(uuid)s::uuid)
 ), opened AS (
     INSERT INTO engine_recoveryepisode
            (job_id, status, classification, generation, started_at, last_activity_at, end_reason)
