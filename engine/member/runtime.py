@@ -301,7 +301,6 @@ class EnumeratorWatch:
         self._watched: dict[tuple[int, int], int] = {}  # (task group, attempt) -> pipeline
         self._answers: dict[tuple[int, int], tuple[bool, bool]] = {}
         self._asked: dict[tuple[int, int], float] = {}  # when each was last in an answer
-        self._answered_at = float("-inf")
 
     def add(self, task_group_id: int, attempt: int, pipeline_id: int) -> None:
         with self._lock:
