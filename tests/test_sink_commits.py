@@ -66,6 +66,7 @@ def test_a_reader_commits_a_completed_checkpoint_whose_command_never_came(engine
     commits = ReaderCommits(
         reader.id, reader.attempt, reader.member_id, checkpointing=True, restored=None
     )
+    commits.on_barrier(checkpoint_id, {})  # the reader's ack, as its runtime records it
     chain = Chain(steps={}, sinks=[("sink[0].LocalFile", "s0", writer)])
     commits.apply(chain)
     writer.abort()
@@ -105,3 +106,22 @@ def test_a_cancelled_job_commits_the_checkpoint_that_completed(sc, data_db):
     with psycopg.connect(data_db) as conn:
         rows, distinct = conn.execute("SELECT count(*), count(DISTINCT id) FROM dst").fetchone()
     assert (rows, distinct) == (cut, cut)
+
+
+def test_a_reader_asks_for_completed_checkpoints_only_after_acking_one():
+    """A checkpoint completes for a reader only once it has acked it: between its commit and
+    its next ack, its poll asks the database nothing (every reader polls between batches)."""
+    asked = []
+
+    def db(what, call, *args):
+        asked.append(what)
+        return None  # nothing completed yet
+
+    commits = ReaderCommits(1, 1, 1, checkpointing=True, restored=5, db=db)
+    chain = Chain(steps={}, sinks=[])
+    for _ in range(3):
+        commits.apply(chain, now=True)
+    assert asked == []
+    commits.on_barrier(6, {})
+    commits.apply(chain, now=True)
+    assert asked == ["finding completed checkpoints"]

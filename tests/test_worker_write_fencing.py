@@ -42,6 +42,7 @@ def test_a_removed_member_and_a_replaced_attempt_write_nothing(engine):
     second = engine.add_member(slots=4)
     engine.lose(first)  # frozen past the heartbeat timeout: REMOVED
     assert not splits.record_offsets(old, pipeline_id, {"a": 5})
+    assert not splits.record_progress(old, pipeline_id, 9, 9, 1.0, {"a": 6})
     assert not splits.mark_done(old, pipeline_id, "b", 3)
     assert offsets(pipeline_id) == {"a": (10, False), "b": (0, False)}
 
@@ -54,5 +55,15 @@ def test_a_removed_member_and_a_replaced_attempt_write_nothing(engine):
     current = splits.Reader(group.id, group.attempt, second.id)
     stale = splits.Reader(group.id, 1, second.id)
     assert not splits.record_offsets(stale, pipeline_id, {"a": 1})
+    assert not splits.record_progress(stale, pipeline_id, 9, 9, 1.0, {"a": 2})
     assert splits.mark_done(current, pipeline_id, "b", 7)
     assert offsets(pipeline_id) == {"a": (0, False), "b": (7, True)}
+    group.refresh_from_db()
+    assert group.source_received == 0  # no stale report reached the task group
+
+    group.status = "RUNNING"
+    group.save(update_fields=["status"])
+    assert splits.record_progress(current, pipeline_id, 40, 30, 2.5, {"a": 4})
+    assert offsets(pipeline_id) == {"a": (4, False), "b": (7, True)}
+    group.refresh_from_db()
+    assert (group.source_received, group.sink_written, group.rows_per_second) == (40, 30, 2.5)

@@ -43,19 +43,22 @@ class ReaderCommits:
         #: The first checkpoint whose snapshot has every split of this reader read to the end.
         self.final: int | None = None
         self.input_ended = False
+        #: The newest checkpoint this attempt acked: none newer than it can complete for us.
+        self.acked = self.committed
         self.next_poll = 0.0
         #: How calls to the engine's database are made (the task group's, riding out outages).
         self.db = db
 
     def on_barrier(self, checkpoint_id: int, positions: dict) -> None:
+        self.acked = max(self.acked, checkpoint_id)
         if self.final is None and all(p["done"] for p in positions.values()):
             self.final = checkpoint_id
 
     def apply(self, chain: Chain, now: bool = False) -> None:
         """Commit the newest completed checkpoint not committed yet: at once when ``now``,
         else at most every POLL_INTERVAL."""
-        if not self.checkpointing:
-            return
+        if not self.checkpointing or self.acked <= self.committed:
+            return  # nothing this attempt acked is uncommitted: no checkpoint can be ours
         clock = time.monotonic()
         if not now and clock < self.next_poll:
             return

@@ -226,19 +226,17 @@ class TaskGroupThread(threading.Thread):
 
         def progress(counters: Counters, offsets: dict) -> None:
             owned = self.db(
-                "reporting metrics",
-                lifecycle.report_metrics,
-                self.task_group_id,
-                self.attempt,
-                self.member_id,
+                "reporting progress",
+                splits.record_progress,
+                reader,
+                pipeline.id,
                 counters.received,
                 counters.written,
                 counters.rate,
+                offsets,
             )
             if not owned:
                 self.stop.set()  # the master moved on: stop at once
-                return
-            self.db("recording offsets", splits.record_offsets, reader, pipeline.id, offsets)
 
         def split_done(split_id: str, offset: int) -> None:
             if not self.db(
