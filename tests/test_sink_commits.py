@@ -59,14 +59,11 @@ def test_a_reader_commits_a_completed_checkpoint_whose_command_never_came(engine
     writer.write([(7,)])
     sink_state = writer.prepare_commit(checkpoint_id)
     assert checkpoints.acknowledge(checkpoint_id, enumerator.id, enumerator.attempt, {})
-    assert checkpoints.acknowledge(
-        checkpoint_id, reader.id, reader.attempt, {"splits": {}, "sinks": [sink_state]}
-    )
-    assert checkpoints.complete_or_expire(engine.epoch) == 1  # its commit command: lost
     commits = ReaderCommits(
         reader.id, reader.attempt, reader.member_id, checkpointing=True, restored=None
     )
-    commits.on_barrier(checkpoint_id, {})  # the reader's ack, as its runtime records it
+    assert commits.acknowledge(checkpoint_id, {"splits": {}, "sinks": [sink_state]})
+    assert checkpoints.complete_or_expire(engine.epoch) == 1  # its commit command: lost
     chain = Chain(steps={}, sinks=[("sink[0].LocalFile", "s0", writer)])
     commits.apply(chain)
     writer.abort()
@@ -115,13 +112,13 @@ def test_a_reader_asks_for_completed_checkpoints_only_after_acking_one():
 
     def db(what, call, *args):
         asked.append(what)
-        return None  # nothing completed yet
+        return call is checkpoints.acknowledge  # the ack is recorded; nothing completed yet
 
     commits = ReaderCommits(1, 1, 1, checkpointing=True, restored=5, db=db)
     chain = Chain(steps={}, sinks=[])
     for _ in range(3):
         commits.apply(chain, now=True)
     assert asked == []
-    commits.on_barrier(6, {})
+    assert commits.acknowledge(6, {})
     commits.apply(chain, now=True)
-    assert asked == ["finding completed checkpoints"]
+    assert asked == ["acknowledging a barrier", "finding completed checkpoints"]

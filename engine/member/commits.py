@@ -49,8 +49,23 @@ class ReaderCommits:
         #: How calls to the engine's database are made (the task group's, riding out outages).
         self.db = db
 
+    def acknowledge(self, checkpoint_id: int, state: dict) -> bool:
+        """This attempt's snapshot for a checkpoint (``checkpoints.acknowledge``); True once it
+        is recorded. Every ack of a reader goes through here: an ack not seen here would make
+        its poll skip a checkpoint that completes for it."""
+        recorded = self.db(
+            "acknowledging a barrier",
+            checkpoints.acknowledge,
+            checkpoint_id,
+            self.task_group_id,
+            self.attempt,
+            state,
+        )
+        if recorded:
+            self.acked = max(self.acked, checkpoint_id)
+        return recorded
+
     def on_barrier(self, checkpoint_id: int, positions: dict) -> None:
-        self.acked = max(self.acked, checkpoint_id)
         if self.final is None and all(p["done"] for p in positions.values()):
             self.final = checkpoint_id
 

@@ -174,14 +174,7 @@ class ManagedReaderTask:
                 "sinks": sinks,
             }
             if (
-                thread.db(
-                    "acknowledging a barrier",
-                    checkpoints.acknowledge,
-                    snapshot.checkpoint,
-                    group.id,
-                    thread.attempt,
-                    state,
-                )
+                commits.acknowledge(snapshot.checkpoint, state)
                 and loop.close_latched
                 and commits.final is None
             ):

@@ -272,14 +272,7 @@ class TaskGroupThread(threading.Thread):
                 guarded(path, writer.prepare_commit, message.checkpoint_id)
                 for path, _, writer in chain.sinks
             ]
-            if self.db(
-                "acknowledging a barrier",
-                checkpoints.acknowledge,
-                message.checkpoint_id,
-                self.task_group_id,
-                self.attempt,
-                {"splits": positions, "sinks": sinks},
-            ):
+            if commits.acknowledge(message.checkpoint_id, {"splits": positions, "sinks": sinks}):
                 commits.on_barrier(message.checkpoint_id, positions)
         elif isinstance(message, Commit):
             commits.apply(chain, now=True)
