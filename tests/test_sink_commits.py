@@ -112,7 +112,7 @@ def test_a_reader_asks_for_completed_checkpoints_only_after_acking_one():
 
     def db(what, call, *args):
         asked.append(what)
-        return call is checkpoints.acknowledge  # the ack is recorded; nothing completed yet
+        return True if call is checkpoints.acknowledge else None  # acked; none completed yet
 
     commits = ReaderCommits(1, 1, 1, checkpointing=True, restored=5, db=db)
     chain = Chain(steps={}, sinks=[])
