@@ -10,10 +10,14 @@ rolling upgrade is rehearsed (and tested) without keeping old binaries around.
 import os
 
 #: 2: dirty-job (recovery-degraded) tracking (engine.dirty).
-CURRENT_PROTOCOL_VERSION = 2
+#: 3: commands to a member batched in one message (TASK_MEMBER_COMMANDS).
+CURRENT_PROTOCOL_VERSION = 3
 
 #: The first protocol version whose members all take part in dirty-job tracking.
 DIRTY_TRACKING_SINCE = 2
+
+#: The first protocol version whose members take commands batched in one message.
+COMMAND_BATCHES_SINCE = 3
 
 PROTOCOL_VERSION = int(os.environ.get("KEEL_PROTOCOL_VERSION", CURRENT_PROTOCOL_VERSION))
 
@@ -39,3 +43,5 @@ TASK_CLEANUP = "engine.cleanup.run"
 #: reader's admission answer back to the enumerator.
 TASK_SOURCE_COMMAND = "engine.source.command"
 TASK_SOURCE_ACK = "engine.source.ack"
+#: Several of the commands above for one member, in order, in one message: ``[[task, args], ...]``.
+TASK_MEMBER_COMMANDS = "engine.member.commands"

@@ -4,7 +4,6 @@ out."""
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -21,6 +20,7 @@ from engine.jobs.submission import submit_job
 from engine.master import commands, orchestration
 from engine.models import Checkpoint, TaskGroup
 from engine.protocol import member_queue
+from tests.brokerkit import take_commands
 from tests.clusterkit import Cluster, wait_for
 from tests.test_jobs_cluster import post, submit
 
@@ -34,13 +34,8 @@ sink { Blackhole { } }
 
 def barriers_on(broker: redis.Redis, queue: str) -> list[list]:
     """The barrier commands waiting on a member's queue (their args), consumed."""
-    with broker.pipeline(transaction=True) as pipe:  # read and empty it in one step
-        messages, _ = pipe.lrange(queue, 0, -1).delete(queue).execute()
-    sent = [json.loads(message)["headers"] for message in messages]
     return sorted(
-        json.loads(h["argsrepr"].replace("'", '"'))
-        for h in sent
-        if h["task"] == "engine.checkpoint.barrier"
+        args for task, args in take_commands(broker, queue) if task == "engine.checkpoint.barrier"
     )
 
 

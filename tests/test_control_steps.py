@@ -4,8 +4,6 @@ where the workers' pools run them. Commands are read from their real Celery queu
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import redis
 from django.conf import settings
@@ -14,6 +12,7 @@ from django.db import DatabaseError
 from engine.master import commands, control
 from engine.models import ControlStep, Pipeline, TaskGroup
 from engine.protocol import CONTROL_QUEUE, member_queue
+from tests.brokerkit import take_commands
 from tests.faultkit import refused
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,10 +26,7 @@ sink { Blackhole { } }
 
 def tasks_on(broker: redis.Redis, queue: str) -> list[tuple[str, list]]:
     """The commands waiting on ``queue`` (task name, args), consumed."""
-    with broker.pipeline(transaction=True) as pipe:
-        messages, _ = pipe.lrange(queue, 0, -1).delete(queue).execute()
-    headers = [json.loads(message)["headers"] for message in messages]
-    return sorted((h["task"], json.loads(h["argsrepr"].replace("'", '"'))) for h in headers)
+    return sorted(take_commands(broker, queue))
 
 
 def failed_pipelines(engine, jobs: int) -> tuple[list, object]:

@@ -9,11 +9,15 @@ others; and a member loss costs the same statements whatever the number of jobs.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
+from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
 from engine import dirty
+from engine.master import loop, orchestration
 from engine.models import (
     DirtyJobState,
     DirtyTrackingGap,
@@ -69,6 +73,27 @@ def test_master_change_during_confirmation_confirms_once(engine, fault):
     assert engine.new_master() == 0
     assert engine.summary(job)["recoveryAttemptCount"] == 1
     assert RecoveryEpisode.objects.get(job=job).status == "COMPLETED"
+
+
+def test_housekeeping_leaves_a_recovery_in_flight_to_its_normal_path(engine, fault):
+    """The master's housekeeping reconciles again, but only attempts and episodes left alone
+    for HOUSEKEEPING_SETTLE: during a storm it would otherwise lock every recovering job, one
+    transaction each, against their own restores. What it skipped it repairs once settled."""
+    job, _ = running_job(engine)
+    engine.lose(host_of_both_pipelines(engine, job))
+    engine.fail_lost()
+    engine.stop_failing()
+    fault.on(job, "engine_recoveryattempt")
+    assert engine.restore_due() == ["restored", "restored"]
+    fault.off()
+    settle = loop.HOUSEKEEPING_SETTLE
+    assert orchestration.reconcile(engine.epoch, settle) == 0  # just prepared: not its turn
+    assert {s for _, s in attempts(job)} == {"PREPARED"}
+    RecoveryAttempt.objects.filter(job=job).update(
+        prepared_at=Now() - timedelta(seconds=settle + 1)
+    )
+    assert orchestration.reconcile(engine.epoch, settle) == 2
+    assert {s for _, s in attempts(job)} == {"CONFIRMED"}
 
 
 def test_reconciliation_of_an_unexplained_attempt_is_unknown(engine):

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from celery import Celery
 
+from engine.protocol import TASK_CANCEL, TASK_MEMBER_COMMANDS, member_queue
 from tests.clusterkit import ROOT, RUN, SERVER_URL, Cluster, admin_conn, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -345,3 +347,53 @@ def test_jdbc_reads_null_partitions_and_upserts_repeated_keys(jc, data_db):
         assert conn.execute("SELECT count(*) FROM copy2").fetchone()[0] == 1000
         assert conn.execute("SELECT count(*) FROM copy2 WHERE grp IS NULL").fetchone()[0] == 100
         assert conn.execute("SELECT count(*) FROM bygrp").fetchone()[0] == 7
+
+
+def test_a_worker_runs_every_command_of_a_batched_message(jc):
+    """Commands waiting for one member go out as one message: its worker runs each, in order,
+    and an entry it cannot run does not stop the ones after it."""
+    job_id = submit(jc, streaming(3))
+    wait_status(jc, job_id, {"RUNNING"}, timeout=30)
+    member, uuid, groups = jc.query(
+        "SELECT m.name, m.uuid::text, array_agg(ARRAY[t.id, t.attempt] ORDER BY t.id)"
+        " FROM engine_taskgroup t JOIN engine_member m ON m.id = t.member_id"
+        " WHERE t.job_id = %s AND t.status = 'RUNNING'"
+        " GROUP BY 1, 2 ORDER BY count(*) DESC, 1 LIMIT 1",
+        (job_id,),
+    )[0]
+    assert len(groups) >= 2  # 4 task groups on 2 workers
+    (first, first_attempt), (second, second_attempt) = groups[:2]
+    after = jc.one("SELECT coalesce(max(seq), 0) FROM engine_engineevent")
+    batch = [
+        [TASK_CANCEL, [first, first_attempt, uuid]],
+        ["engine.no-such-command", []],
+        "not a command",
+        [TASK_CANCEL, [second]],  # wrong arguments: logged, the rest still run
+        [TASK_CANCEL, [second, second_attempt, uuid]],
+    ]
+    publisher = Celery(broker=jc.redis_url)
+    try:
+        publisher.send_task(TASK_MEMBER_COMMANDS, args=[batch], queue=member_queue(member))
+    finally:
+        publisher.close()
+    canceled = wait_for(
+        lambda: (
+            (
+                rows := jc.query(
+                    "SELECT (payload->>'taskGroupId')::int, (payload->>'attempt')::int"
+                    " FROM engine_engineevent WHERE seq > %s AND kind = 'taskgroup.status'"
+                    " AND payload->>'to' = 'CANCELED' ORDER BY seq",
+                    (after,),
+                )
+            )
+            and len(rows) >= 2
+            and rows
+        ),
+        20,
+        interval=0.1,
+        what="both task groups to be cancelled",
+    )
+    assert sorted(canceled[:2]) == [(first, first_attempt), (second, second_attempt)]
+    assert post(jc, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
+    wait_status(jc, job_id, {"CANCELED"}, timeout=30)
+    wait_for(lambda: free_slots(jc) == 8, 10, what="every slot to be free")

@@ -12,6 +12,7 @@ from engine.connectors.localfile_sink import CheckpointedLocalFileWriter
 from engine.connectors.schema import Schema
 from engine.jobs import checkpoints
 from engine.jobs.submission import submit_job
+from engine.member import commits as commits_module
 from engine.member.commits import ReaderCommits
 from engine.member.dataplane import Chain
 from engine.models import TaskCheckpoint, TaskGroup
@@ -38,9 +39,14 @@ def test_a_localfile_commit_publishes_every_pending_part_up_to_n(tmp_path):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_reader_commits_a_completed_checkpoint_whose_command_never_came(engine, tmp_path):
+def test_a_reader_commits_a_completed_checkpoint_whose_command_never_came(
+    engine, tmp_path, monkeypatch
+):
     """The COMPLETED row and the reader's ack are the record: the reader commits from them on
-    its own (its poll), once, and records it; no commit command is needed."""
+    its own (its poll, POLL_INTERVAL after its ack), once, and records it; no commit command
+    is needed."""
+    now = [1000.0]
+    monkeypatch.setattr(commits_module, "monotonic", lambda: now[0])
     engine.add_member(slots=4)
     job = submit_job(
         "env { job.mode = STREAMING, parallelism = 1, checkpoint.interval = 1000 }\n"
@@ -65,6 +71,10 @@ def test_a_reader_commits_a_completed_checkpoint_whose_command_never_came(engine
     assert commits.acknowledge(checkpoint_id, {"splits": {}, "sinks": [sink_state]})
     assert checkpoints.complete_or_expire(engine.epoch) == 1  # its commit command: lost
     chain = Chain(steps={}, sinks=[("sink[0].LocalFile", "s0", writer)])
+    now[0] += commits_module.POLL_INTERVAL - 0.01
+    commits.apply(chain)  # the command may still come: not asked yet
+    assert commits.committed == 0
+    now[0] += 0.02
     commits.apply(chain)
     writer.abort()
     assert [p.read_text() for p in tmp_path.glob("part-*.csv")] == ["7\n"]

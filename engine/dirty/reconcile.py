@@ -4,6 +4,7 @@ recovered episodes completed, repairable gaps repaired, missed member events tur
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from django.db import connection
 from django.db.models.functions import Now
@@ -33,10 +34,13 @@ from engine.states import (
 log = logging.getLogger("keel.dirty")
 
 
-def reconcile(epoch: int) -> int:
+def reconcile(epoch: int, settled_for: float = 0.0) -> int:
     """The active master's reconciliation: once per epoch before it schedules anything, then as
     housekeeping. Explains every PREPARED attempt of a job by its pipeline's state; returns how
-    many attempts changed state.
+    many attempts changed state. ``settled_for``: only attempts prepared, and episodes last
+    active, at least that many seconds ago (housekeeping repairs what the normal path left
+    behind; in a storm it would otherwise lock every recovering job, one transaction each,
+    while their restores wait for the same rows).
 
     - the pipeline got the deployment of that restore (its restore count reached it): confirm
       the original attempt id (a no-op if it was confirmed), whatever happened since;
@@ -52,15 +56,16 @@ def reconcile(epoch: int) -> int:
     deployments confirmed, so counted), while its gaps stay until that record is written.
     """
     changed = 0
+    settled = Now() - timedelta(seconds=settled_for)
     prepared = list(
-        RecoveryAttempt.objects.filter(state=AttemptState.PREPARED)
+        RecoveryAttempt.objects.filter(state=AttemptState.PREPARED, prepared_at__lte=settled)
         .order_by("job_id", "id")
         .values_list("id", "job_id")
     )
     for attempt_id, job_id in prepared:
         changed += _per_job(epoch, job_id, "reconciliation", _reconcile_attempt, attempt_id)
     for job_id in (
-        RecoveryEpisode.objects.filter(status=EpisodeStatus.ACTIVE)
+        RecoveryEpisode.objects.filter(status=EpisodeStatus.ACTIVE, last_activity_at__lte=settled)
         .exclude(job__status__in=JOB_TERMINAL)
         .order_by("job_id")
         .values_list("job_id", flat=True)

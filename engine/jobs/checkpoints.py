@@ -68,6 +68,8 @@ def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
             ),
         )
         .select_related("job")
+        # Ten times a second under every running job: not their plans or configs.
+        .only("id", "index", "job_id", "job__env")
     )
     due = []
     for pipeline in candidates:
@@ -209,27 +211,43 @@ def acknowledge(checkpoint_id: int, task_group_id: int, attempt: int, state: dic
 
 
 def complete_or_expire(
-    epoch: int, on_completed: Callable[[Checkpoint], object] = lambda checkpoint: None
+    epoch: int, on_completed: Callable[[list[Checkpoint]], object] = lambda completed: None
 ) -> int:
     """COMPLETE checkpoints every expected attempt acked; FAIL those timed out or orphaned.
 
     A constant number of statements however many checkpoints are pending: one read of their
     acks and task groups, then one fenced transaction that ends every one that can end.
-    ``on_completed`` is called for each COMPLETED one once that transaction has committed
-    (its commits must never go out before). Returns how many ended."""
+    ``on_completed`` is called with the COMPLETED ones once that transaction has committed
+    (their commits must never go out before). Returns how many ended."""
     pending = list(
         Checkpoint.objects.filter(state=CheckpointState.PENDING)
         .select_related("pipeline", "job")
+        # Ten times a second under every running job: what a verdict needs, not their plans.
+        .only(*VERDICT_FIELDS)
         .order_by("id")
     )
     verdicts = _verdicts(pending) if pending else []
     if not verdicts:
         return 0
     ended = _end(epoch, verdicts)
-    for checkpoint, state in ended:
-        if state == CheckpointState.COMPLETED:
-            on_completed(checkpoint)
+    completed = [checkpoint for checkpoint, state in ended if state == CheckpointState.COMPLETED]
+    if completed:
+        on_completed(completed)
     return len(ended)
+
+
+#: What judging and ending a pending checkpoint reads (``complete_or_expire``).
+VERDICT_FIELDS = (
+    "id",
+    "job_id",
+    "pipeline_id",
+    "expected",
+    "triggered_at",
+    "job__status",
+    "job__env",
+    "pipeline__status",
+    "pipeline__index",
+)
 
 
 def _verdicts(pending: list[Checkpoint]) -> list[tuple[Checkpoint, str, str]]:
@@ -390,19 +408,24 @@ def _prune(completed: list[Checkpoint]) -> None:
     Checkpoint.objects.filter(older).filter(~Q(state=CheckpointState.PENDING)).delete()
 
 
-def committers(checkpoint: Checkpoint) -> list[Deployment]:
-    """The readers to tell that ``checkpoint`` completed. A reader that misses it (its member
-    died) commits on restore instead: the new attempt completes the commit of the checkpoint
-    it restores from."""
+def committers(completed: list[Checkpoint]) -> list[tuple[int, Deployment]]:
+    """The readers to tell that these checkpoints completed, as (checkpoint id, reader), in
+    one query. A reader that misses it (its member died) commits on restore instead: the new
+    attempt completes the commit of the checkpoint it restores from."""
+    by_pipeline = defaultdict(list)
+    for checkpoint in completed:
+        by_pipeline[checkpoint.pipeline_id].append(checkpoint.id)
     return [
-        Deployment.of(row)
+        (checkpoint_id, Deployment.of(row[1:]))
         for row in TaskGroup.objects.on_alive_members()
         .filter(
-            pipeline_id=checkpoint.pipeline_id,
+            pipeline_id__in=list(by_pipeline),
             kind=TaskGroupKind.READER,
             status=ExecutionStatus.RUNNING,
         )
-        .values_list(*Deployment.FIELDS)
+        .order_by("pipeline_id", "id")
+        .values_list("pipeline_id", *Deployment.FIELDS)
+        for checkpoint_id in by_pipeline[row[0]]
     ]
 
 

@@ -21,6 +21,7 @@ from engine.cluster import slots as slot_transitions
 from engine.events import append_events
 from engine.fencing import fenced
 from engine.models import EngineEvent, Job, Member, Pipeline, TaskGroup
+from engine.protocol import COMMAND_BATCHES_SINCE
 from engine.states import ExecutionStatus, JobStatus
 
 log = logging.getLogger("keel.scheduler")
@@ -34,14 +35,22 @@ class Deployment:
     attempt: int
     member_name: str
     member_uuid: str
+    #: The member takes commands batched in one message (engine.outbox).
+    batched: bool = False
 
     #: The task-group values a Deployment is read from (``values_list(*Deployment.FIELDS)``).
-    FIELDS = ("id", "attempt", "member__name", "member__uuid")
+    FIELDS = ("id", "attempt", "member__name", "member__uuid", "member__protocol_version")
 
     @classmethod
     def of(cls, row: tuple) -> Deployment:
-        group_id, attempt, member_name, member_uuid = row[:4]
-        return cls(group_id, attempt, member_name, str(member_uuid))
+        group_id, attempt, member_name, member_uuid, protocol_version = row[:5]
+        return cls(
+            group_id,
+            attempt,
+            member_name,
+            str(member_uuid),
+            (protocol_version or 0) >= COMMAND_BATCHES_SINCE,
+        )
 
 
 def deploy_on(
@@ -53,10 +62,10 @@ def deploy_on(
     ``taskgroup.status`` events for the caller to append with its own.
     """
     members = {
-        pk: (name, uuid)
-        for pk, name, uuid in Member.objects.filter(id__in={m for _, m in slots}).values_list(
-            "id", "name", "uuid"
-        )
+        pk: (name, uuid, protocol_version >= COMMAND_BATCHES_SINCE)
+        for pk, name, uuid, protocol_version in Member.objects.filter(
+            id__in={m for _, m in slots}
+        ).values_list("id", "name", "uuid", "protocol_version")
     }
     slot_transitions.assign([s for s, _ in slots])
     # The counts of the attempts replaced are kept in the totals (Prometheus counters never
@@ -81,8 +90,8 @@ def deploy_on(
         group.rows_per_second = 0.0
         group.deployed_at = group.updated_at = Now()
         group.input_ended_at = None
-        name, member_uuid = members[member_id]
-        deployments.append(Deployment(group.id, group.attempt, name, str(member_uuid)))
+        name, member_uuid, batched = members[member_id]
+        deployments.append(Deployment(group.id, group.attempt, name, str(member_uuid), batched))
         events.append(
             builders.taskgroup_status(
                 group.job_id,

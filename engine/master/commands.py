@@ -30,11 +30,13 @@ outbox = Outbox()
 
 
 def to_member(task: str, target: Deployment, *extra) -> None:
-    """Send ``task`` to the task group attempt ``target`` on its member's queue."""
+    """Send ``task`` to the task group attempt ``target`` on its member's queue (in one
+    message with the others waiting for it, where the member takes them so)."""
     outbox.put(
         task,
         [target.task_group_id, target.attempt, target.member_uuid, *extra],
         member_queue(target.member_name),
+        batch=target.batched,
     )
 
 

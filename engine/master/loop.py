@@ -65,8 +65,45 @@ class Timer:
 #: How often the active master looks for overdue cleanup records (a record is executed within
 #: about this long after it is due, whatever happened to its countdown).
 CLEANUP_SWEEP_INTERVAL = 1.0
+#: How long an attempt or episode is left to the normal recovery path before housekeeping
+#: reconciles it.
+HOUSEKEEPING_SETTLE = 10.0
 #: How often running jobs' throughput is sampled (the dashboard's sparklines).
 THROUGHPUT_SAMPLE_INTERVAL = 5.0
+
+
+#: After a pass in which a recovery step did work, no new checkpoint is triggered for this long.
+RECOVERY_QUIET = 1.0
+#: Checkpoints are never held back longer than this (a cluster that recovers all the time still
+#: checkpoints this often).
+TRIGGER_DEFERRAL_LIMIT = 5.0
+
+
+class RecoveryFirst:
+    """Holds new checkpoints back while a recovery is under way: under a hundred jobs, their
+    barriers, acks and endings cost the machine more than the restores, and every restore waited
+    behind them. Checkpoints in flight still end and commit; a job's interval is a least spacing,
+    and it stretches by at most TRIGGER_DEFERRAL_LIMIT."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.busy_until = 0.0
+        self.held_since: float | None = None
+
+    def recovered_something(self) -> None:
+        self.busy_until = self.clock() + RECOVERY_QUIET
+
+    def may_trigger(self) -> bool:
+        now = self.clock()
+        if now >= self.busy_until:
+            self.held_since = None
+            return True
+        if self.held_since is None:
+            self.held_since = now
+        if now - self.held_since >= TRIGGER_DEFERRAL_LIMIT:
+            self.held_since = now  # one round now, then held again
+            return True
+        return False
 
 
 class ActiveStep:
@@ -74,7 +111,8 @@ class ActiveStep:
     whether it did work. ``after_reconcile``: only once this epoch's reconciliation is done.
     ``again_at_once``: when it did work, run it again on the next pass (more may be waiting).
     ``deferred``: its first run in a term is one interval after the takeover (not urgent, and
-    the takeover's own passes go to recovery)."""
+    the takeover's own passes go to recovery). ``recovery``: when it did work, new checkpoints
+    wait (RecoveryFirst)."""
 
     def __init__(
         self,
@@ -84,12 +122,14 @@ class ActiveStep:
         after_reconcile: bool = False,
         again_at_once: bool = False,
         deferred: bool = False,
+        recovery: bool = False,
     ) -> None:
         self.timer = Timer(interval)
         self.run = run
         self.after_reconcile = after_reconcile
         self.again_at_once = again_at_once
         self.deferred = deferred
+        self.recovery = recovery
 
     def start_term(self) -> None:
         """A new term begins: run at once, or one interval from now if ``deferred``."""
@@ -105,6 +145,7 @@ class Master:
         self.renew_timer = Timer(options.renew_interval)
         self.candidate_timer = Timer(options.candidate_interval)
         self.cancels = orchestration.CancelSender()
+        self.recovery_first = RecoveryFirst()
         #: The epoch whose reconciliation is done: nothing is restored or scheduled before.
         self.reconciled_epoch: int | None = None
         self.sweep = ActiveStep(SWEEP_INTERVAL, self.sweep_members)
@@ -112,10 +153,16 @@ class Master:
         self.active_steps = (
             # Recovery first: lost work failed, stopping work cancelled, restores and new jobs
             # placed; then the rest, so that a busy pass never delays a restore behind it.
-            ActiveStep(0.2, orchestration.fail_lost_task_groups),
-            ActiveStep(0.2, self.cancels.step),
-            ActiveStep(0.1, control.enqueue_due_steps, after_reconcile=True),
-            ActiveStep(0.1, orchestration.schedule, after_reconcile=True, again_at_once=True),
+            ActiveStep(0.2, orchestration.fail_lost_task_groups, recovery=True),
+            ActiveStep(0.2, self.cancels.step, recovery=True),
+            ActiveStep(0.1, control.enqueue_due_steps, after_reconcile=True, recovery=True),
+            ActiveStep(
+                0.1,
+                orchestration.schedule,
+                after_reconcile=True,
+                again_at_once=True,
+                recovery=True,
+            ),
             ActiveStep(0.2, orchestration.drain_members, after_reconcile=True),
             ActiveStep(
                 CLEANUP_SWEEP_INTERVAL,
@@ -123,7 +170,7 @@ class Master:
                 after_reconcile=True,
                 again_at_once=True,
             ),
-            ActiveStep(0.1, orchestration.coordinate_checkpoints),
+            ActiveStep(0.1, self.coordinate_checkpoints),
             ActiveStep(1.0, orchestration.redeliver),
             # Housekeeping reconciles again: the takeover has just done so, so not at once.
             ActiveStep(2.0, self.housekeeping, after_reconcile=True, deferred=True),
@@ -188,15 +235,23 @@ class Master:
         did = step.run(self.leadership.epoch)
         if did and step.again_at_once:
             step.timer.reset()
+        if did and step.recovery:
+            self.recovery_first.recovered_something()
         return did
+
+    def coordinate_checkpoints(self, epoch: int) -> bool:
+        return orchestration.coordinate_checkpoints(
+            epoch, trigger=self.recovery_first.may_trigger()
+        )
 
     def sweep_members(self, epoch: int) -> bool:
         return sweep_members(epoch, self.options.heartbeat_timeout) > 0
 
     def housekeeping(self, epoch: int) -> bool:
         """Reconcile again (repairs what a contained failure left) and expire stale recovery
-        episodes."""
-        changed = orchestration.reconcile(epoch)
+        episodes. Only what has been left alone for HOUSEKEEPING_SETTLE: a recovery in flight
+        is the normal path's to finish."""
+        changed = orchestration.reconcile(epoch, HOUSEKEEPING_SETTLE)
         return dirty.expire_stale_episodes(epoch) or changed > 0
 
     def run_once(self) -> bool:

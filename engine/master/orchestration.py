@@ -148,26 +148,29 @@ def drain_members(epoch: int) -> bool:
     return did
 
 
-def coordinate_checkpoints(epoch: int) -> bool:
+def coordinate_checkpoints(epoch: int, trigger: bool = True) -> bool:
     """End the checkpoints that can end, telling readers to commit each completed one as soon
     as it is; send again the barriers still unacked; then trigger the checkpoints that are due
-    and send their barriers."""
+    and send their barriers (unless not ``trigger``: a recovery is under way)."""
 
-    def send_commits(checkpoint: Checkpoint) -> None:
-        for target in checkpoints.committers(checkpoint):
-            commands.commit(target, checkpoint.id)
+    def send_commits(completed: list[Checkpoint]) -> None:
+        for checkpoint_id, target in checkpoints.committers(completed):
+            commands.commit(target, checkpoint_id)
 
     ended = checkpoints.complete_or_expire(epoch, send_commits)
-    barriers = checkpoints.unacked_barriers(epoch) + checkpoints.trigger_due(epoch)
+    barriers = checkpoints.unacked_barriers(epoch)
+    if trigger:
+        barriers += checkpoints.trigger_due(epoch)
     for checkpoint_id, target in barriers:
         commands.barrier(target, checkpoint_id)
     return bool(ended or barriers)
 
 
-def reconcile(epoch: int) -> int:
+def reconcile(epoch: int, settled_for: float = 0.0) -> int:
     """What a new active master settles before it schedules anything, and again as
-    housekeeping: the dirty-job tracker's reconciliation (returns the attempts it changed),
-    then the finished-job records that could not be written at the jobs' end."""
-    changed = dirty.reconcile(epoch)
+    housekeeping: the dirty-job tracker's reconciliation (returns the attempts it changed;
+    ``settled_for``: engine.dirty.reconcile), then the finished-job records that could not be
+    written at the jobs' end."""
+    changed = dirty.reconcile(epoch, settled_for)
     terminal.record_pending_history(epoch)
     return changed

@@ -2,8 +2,9 @@
 
 The record of a commit to make is the COMPLETED checkpoint row and this attempt's ack in it; the
 commit command is only a hint. A reader applies the newest completed checkpoint it acked when
-told, and on its own every POLL_INTERVAL, so a dropped or lost command (a full mailbox, a broker
-outage, a master that died) delays a commit by that much at most. Committing N commits every
+told, and on its own every POLL_INTERVAL from its newest ack on, so a dropped or lost command (a
+full mailbox, a broker outage, a master that died) delays a commit by that much at most; while the
+commands come, the poll asks nothing. Committing N commits every
 earlier checkpoint too. A checkpointed batch reader that has read all its input ends only once
 the checkpoint whose snapshot holds its end (its final checkpoint) is committed: a restore
 never replays what it committed, and it commits nothing no checkpoint covers.
@@ -12,8 +13,8 @@ never replays what it committed, and it commits nothing no checkpoint covers.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
+from time import monotonic
 
 from engine.jobs import checkpoints, lifecycle
 from engine.member.dataplane import Chain, guarded
@@ -62,6 +63,10 @@ class ReaderCommits:
             state,
         )
         if recorded:
+            if self.acked <= self.committed:
+                # Nothing was waiting: the commit command usually comes before the poll is due
+                # (a hundred readers polling twice a second cost more than their data).
+                self.next_poll = monotonic() + POLL_INTERVAL
             self.acked = max(self.acked, checkpoint_id)
         return recorded
 
@@ -74,7 +79,7 @@ class ReaderCommits:
         else at most every POLL_INTERVAL."""
         if not self.checkpointing or self.acked <= self.committed:
             return  # nothing this attempt acked is uncommitted: no checkpoint can be ours
-        clock = time.monotonic()
+        clock = monotonic()
         if not now and clock < self.next_poll:
             return
         self.next_poll = clock + POLL_INTERVAL

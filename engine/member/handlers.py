@@ -7,6 +7,8 @@ importing this module.
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 
 from engine.jobconfig import ConfigError
@@ -19,6 +21,7 @@ from engine.protocol import (
     TASK_CANCEL,
     TASK_COMMIT,
     TASK_DEPLOY,
+    TASK_MEMBER_COMMANDS,
     TASK_MEMBER_PING,
     TASK_PLAN_JOB,
     TASK_SOURCE_ACK,
@@ -29,6 +32,7 @@ from engine.sourceruntime.choices import AdmissionStatus
 from engine.sourceruntime.envelope import SourceCommandEnvelope
 from engine.states import ExecutionStatus
 
+log = logging.getLogger("keel.handlers")
 NOT_ADDRESSED = {"ok": False, "reason": "command for another member"}
 
 
@@ -130,3 +134,35 @@ def plan_job_here(text: str, job_name: str | None, variables: dict) -> dict:
         return {"plan": plan_job(text, job_name, variables).to_json()}
     except ConfigError as exc:
         return {"errors": exc.errors}
+
+
+#: The commands that may share a message (TASK_MEMBER_COMMANDS), by task name.
+BATCHABLE = {
+    TASK_DEPLOY: deploy_task_group.run,
+    TASK_CANCEL: cancel_task_group.run,
+    TASK_BARRIER: checkpoint_barrier.run,
+    TASK_COMMIT: checkpoint_commit.run,
+    TASK_SOURCE_COMMAND: source_command.run,
+    TASK_SOURCE_ACK: source_ack.run,
+}
+
+
+@shared_task(name=TASK_MEMBER_COMMANDS, acks_late=False, ignore_result=True)
+def member_commands(commands: list) -> int:
+    """Several commands for this member in one message, run in their order as each one's own
+    task would run it; one that fails is logged and the others still run (each re-states an
+    intent its sender sends again). Returns how many ran."""
+    ran = 0
+    for entry in commands:
+        try:
+            task, args = entry
+            handler = BATCHABLE[task]
+        except (KeyError, TypeError, ValueError):
+            log.warning("a batched command that is not one: %.200r", entry)
+            continue
+        try:
+            handler(*args)
+            ran += 1
+        except Exception:
+            log.exception("batched command %s%.200r failed", task, tuple(args))
+    return ran
