@@ -5,12 +5,13 @@ end and commit, and none is held back longer than TRIGGER_DEFERRAL_LIMIT."""
 from __future__ import annotations
 
 import pytest
+from django.db.models.functions import Now
 
 from engine.jobs import checkpoints
 from engine.jobs.submission import submit_job
-from engine.master import commands, orchestration
+from engine.master import commands, control, orchestration
 from engine.master.loop import RECOVERY_QUIET, TRIGGER_DEFERRAL_LIMIT, RecoveryFirst
-from engine.models import Checkpoint
+from engine.models import Checkpoint, ControlStep
 
 
 class Clock:
@@ -65,3 +66,27 @@ def test_held_back_the_master_still_ends_what_is_in_flight(engine):
     ]  # ended, and no new one although one is due
     assert orchestration.coordinate_checkpoints(engine.epoch, trigger=True)
     assert Checkpoint.objects.filter(job=job, state="PENDING").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_restore_waiting_for_slots_holds_no_checkpoint_back(engine):
+    """A restore that finds too few slots stays due and is tried every second: that moves no
+    recovery, so it must not keep every other job's checkpoints waiting."""
+    hosts = [engine.add_member(slots=2) for _ in range(2)]
+    engine.submit(threshold=2)
+    engine.schedule()
+    engine.run_deployed()
+    engine.lose(hosts[0])
+    engine.settle()  # one pipeline restored on the freed slots; the other waits for slots
+    ControlStep.objects.filter(state="PENDING").update(due_at=Now())
+    tried = ControlStep.objects.get(state="PENDING").attempts
+    moved = []
+    assert control.enqueue_due_steps(engine.epoch, lambda: moved.append(True))
+    assert ControlStep.objects.get(state="PENDING").attempts == tried + 1  # tried, still waiting
+    assert moved == []
+
+    engine.add_member(slots=2)
+    ControlStep.objects.filter(state="PENDING").update(due_at=Now(), enqueued_at=None)
+    assert control.enqueue_due_steps(engine.epoch, lambda: moved.append(True))
+    assert moved == [True]
+    assert not ControlStep.objects.filter(state="PENDING").exists()

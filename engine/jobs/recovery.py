@@ -39,6 +39,8 @@ from engine.states import (
 
 log = logging.getLogger("keel.recovery")
 NO_SLOTS_RETRY = 1.0
+#: What a restore that found too few slots returns (it stays due).
+WAITING_FOR_SLOTS = "waiting for slots"
 
 
 def request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[EngineEvent]:
@@ -112,7 +114,7 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
                 enqueued_at=None,
                 attempts=step.attempts + 1,
             )
-            return "waiting for slots", []
+            return WAITING_FOR_SLOTS, []
         restored_from = _rewind_splits(pipeline, groups)
         deployments, group_events = deploy_on(groups, slots, epoch)
         previous = pipeline.error_msg

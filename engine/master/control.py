@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.db import DatabaseError, InterfaceError
@@ -30,10 +31,12 @@ ENQUEUE_TIMEOUT = 10.0
 INLINE_BUDGET = 0.25
 
 
-def enqueue_due_steps(epoch: int) -> bool:
+def enqueue_due_steps(epoch: int, on_recovery: Callable[[], object] = lambda: None) -> bool:
     """Active-master step: run due control steps, here for up to INLINE_BUDGET (a restore
     starts at once, with no queue between), and put the rest on the control queue, where
-    every worker's pool runs them (under our epoch either way)."""
+    every worker's pool runs them (under our epoch either way). ``on_recovery`` is called
+    once if a step restored here or went to the queue (not for a restore still waiting for
+    slots: no recovery moved)."""
     now = timezone.now()
     with fenced(epoch):
         due = list(
@@ -51,33 +54,37 @@ def enqueue_due_steps(epoch: int) -> bool:
                 enqueued_at=now, epoch=epoch
             )
     deadline = time.monotonic() + INLINE_BUDGET
+    moved = False
     for position, step in enumerate(due):
         try:
-            here = time.monotonic() < deadline and _run_here(step.id, epoch)
+            result = _run_here(step.id, epoch) if time.monotonic() < deadline else None
         except BaseException:
             # The master cannot go on (database, epoch): the workers run this step and the
             # rest of those claimed, rather than waiting for ENQUEUE_TIMEOUT.
             for rest in due[position:]:
                 commands.run_control_step(rest.id, epoch)
             raise
-        if not here:
+        if result is None:
             commands.run_control_step(step.id, epoch)
+        moved = moved or result != recovery.WAITING_FOR_SLOTS
+    if moved:
+        on_recovery()
     return bool(due)
 
 
-def _run_here(step_id: int, epoch: int) -> bool:
-    """Run one step in the master's loop; False if it failed (a worker runs it instead). A
-    stale epoch is raised: the master steps down."""
+def _run_here(step_id: int, epoch: int) -> str | None:
+    """Run one step in the master's loop: what happened, or None if it failed (a worker runs
+    it instead). A stale epoch is raised: the master steps down."""
     try:
         result = run_step(step_id, epoch)
     except (DatabaseError, InterfaceError):
         raise  # the loop reconnects or steps down; the step is enqueued again
     except Exception:
         log.exception("control step %s failed in the master; the control queue runs it", step_id)
-        return False
+        return None
     if result.startswith("stale epoch"):
         raise StaleEpoch(epoch, None)
-    return True
+    return result
 
 
 def run_step(step_id: int, epoch: int) -> str:

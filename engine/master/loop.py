@@ -154,8 +154,8 @@ class Master:
             # Recovery first: lost work failed, stopping work cancelled, restores and new jobs
             # placed; then the rest, so that a busy pass never delays a restore behind it.
             ActiveStep(0.2, orchestration.fail_lost_task_groups, recovery=True),
-            ActiveStep(0.2, self.cancels.step, recovery=True),
-            ActiveStep(0.1, control.enqueue_due_steps, after_reconcile=True, recovery=True),
+            ActiveStep(0.2, self.cancels.step),
+            ActiveStep(0.1, self.enqueue_due_steps, after_reconcile=True),
             ActiveStep(
                 0.1,
                 orchestration.schedule,
@@ -238,6 +238,10 @@ class Master:
         if did and step.recovery:
             self.recovery_first.recovered_something()
         return did
+
+    def enqueue_due_steps(self, epoch: int) -> bool:
+        # A restore still waiting for slots moves no recovery: it holds no checkpoint back.
+        return control.enqueue_due_steps(epoch, self.recovery_first.recovered_something)
 
     def coordinate_checkpoints(self, epoch: int) -> bool:
         return orchestration.coordinate_checkpoints(
