@@ -79,12 +79,7 @@ def test_housekeeping_leaves_a_recovery_in_flight_to_its_normal_path(engine, fau
     """The master's housekeeping reconciles again, but only attempts and episodes left alone
     for HOUSEKEEPING_SETTLE: during a storm it would otherwise lock every recovering job, one
     transaction each, against their own restores. What it skipped it repairs once settled."""
-    job, _ = running_job(engine)
-    engine.lose(host_of_both_pipelines(engine, job))
-    engine.fail_lost()
-    engine.stop_failing()
-    fault.on(job, "engine_recoveryattempt")
-    assert engine.restore_due() == ["restored", "restored"]
+    job = redeployed_unconfirmed(engine, fault)
     fault.off()
     settle = loop.HOUSEKEEPING_SETTLE
     assert orchestration.reconcile(engine.epoch, settle) == 0  # just prepared: not its turn

@@ -62,10 +62,10 @@ def deploy_on(
     ``taskgroup.status`` events for the caller to append with its own.
     """
     members = {
-        pk: (name, uuid, protocol_version >= COMMAND_BATCHES_SINCE)
-        for pk, name, uuid, protocol_version in Member.objects.filter(
-            id__in={m for _, m in slots}
-        ).values_list("id", "name", "uuid", "protocol_version")
+        pk: member
+        for pk, *member in Member.objects.filter(id__in={m for _, m in slots}).values_list(
+            "id", "name", "uuid", "protocol_version"
+        )
     }
     slot_transitions.assign([s for s, _ in slots])
     # The counts of the attempts replaced are kept in the totals (Prometheus counters never
@@ -90,8 +90,7 @@ def deploy_on(
         group.rows_per_second = 0.0
         group.deployed_at = group.updated_at = Now()
         group.input_ended_at = None
-        name, member_uuid, batched = members[member_id]
-        deployments.append(Deployment(group.id, group.attempt, name, str(member_uuid), batched))
+        deployments.append(Deployment.of((group.id, group.attempt, *members[member_id])))
         events.append(
             builders.taskgroup_status(
                 group.job_id,

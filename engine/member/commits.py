@@ -3,9 +3,9 @@
 The record of a commit to make is the COMPLETED checkpoint row and this attempt's ack in it; the
 commit command is only a hint. A reader applies the newest completed checkpoint it acked when
 told, and on its own every POLL_INTERVAL from its newest ack on, so a dropped or lost command (a
-full mailbox, a broker outage, a master that died) delays a commit by that much at most; while the
-commands come, the poll asks nothing. Committing N commits every
-earlier checkpoint too. A checkpointed batch reader that has read all its input ends only once
+full mailbox, a broker outage, a master that died) delays a commit by that much at most; while
+the commands come, the poll asks nothing. Committing N commits every earlier checkpoint too. A
+checkpointed batch reader that has read all its input ends only once
 the checkpoint whose snapshot holds its end (its final checkpoint) is committed: a restore
 never replays what it committed, and it commits nothing no checkpoint covers.
 """
