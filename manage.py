@@ -5,8 +5,14 @@ import os
 import sys
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Run one command; a service that is down, or a bad setting, is one line and an exit code."""
+    argv = sys.argv if argv is None else argv
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "keel.settings")
+    from keel import process
+
+    if process.role == process.FULL:  # a fork server may have chosen already
+        process.role = process.role_for(argv)
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
     from django.db import InterfaceError, OperationalError
@@ -14,7 +20,7 @@ def main() -> None:
     from redis.exceptions import ConnectionError as RedisConnectionError
 
     try:
-        execute_from_command_line(sys.argv)
+        execute_from_command_line(argv)
     except ImproperlyConfigured as exc:
         print(f"error: configuration: {exc}", file=sys.stderr)
         sys.exit(2)

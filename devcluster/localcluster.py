@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import secrets
+import select
 import signal
 import subprocess
 import sys
@@ -112,6 +113,80 @@ class ClusterSpec:
         raise ClusterError(f"no process named {name!r} in this cluster (names: {names})")
 
 
+class ForkServer:
+    """A client of ``devcluster.forkserver``, started on first use with this process's
+    environment: it forks masters and workers whose environment matches it, and declines the
+    rest (``spawn`` returns None), which are then started fresh."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self._server: subprocess.Popen | None = None
+        self._env: dict[str, str] = {}
+
+    def spawn(self, proc: ProcessSpec, env: dict[str, str], log: Path) -> int | None:
+        from devcluster.forkserver import comparable_env
+
+        if proc.kind not in ("master", "worker") or proc.argv[1:2] != [MANAGE]:
+            return None
+        if self._server is None or self._server.poll() is not None:
+            self._start(env)
+        if comparable_env(env) != self._env:
+            return None
+        request = {"name": proc.name, "argv": proc.argv[2:], "log": str(log)}
+        answer = self._ask(request, timeout=30)
+        if "pid" not in answer:
+            raise ClusterError(f"the fork server could not start {proc.name}: {answer}")
+        return int(answer["pid"])
+
+    def _start(self, env: dict[str, str]) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self._server = subprocess.Popen(
+                [sys.executable, "-m", "devcluster.forkserver"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+                cwd=settings.BASE_DIR,
+                start_new_session=True,
+            )
+        self._env = {}
+        answer = self._ask(None, timeout=60)
+        if "ready" not in answer:
+            raise ClusterError(f"the fork server did not start: see {self.log_path}")
+        from devcluster.forkserver import comparable_env
+
+        self._env = comparable_env(env)
+
+    def _ask(self, request: dict | None, timeout: float) -> dict:
+        server = self._server
+        assert server is not None and server.stdin and server.stdout
+        try:
+            if request is not None:
+                server.stdin.write(json.dumps(request).encode() + b"\n")
+                server.stdin.flush()
+        except OSError:
+            return {"error": "the fork server is gone"}
+        ready, _, _ = select.select([server.stdout], [], [], timeout)
+        line = server.stdout.readline() if ready else b""
+        if not line:
+            self.close()
+            return {"error": f"no answer within {timeout:.0f}s"}
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self._server is not None:
+            with contextlib.suppress(OSError):
+                self._server.kill()
+            self._server.wait(10)
+            self._server = None
+
+
+#: Set by a process that drives clusters for a long time (the tests' control process): masters
+#: and workers are then forked from a set-up interpreter instead of started fresh.
+fork_server: ForkServer | None = None
+
+
 class LocalCluster:
     def __init__(self, directory: Path | None = None) -> None:
         self.dir = Path(directory or Path(settings.VAR_DIR) / "cluster")
@@ -178,6 +253,13 @@ class LocalCluster:
         env.setdefault("REDIS_URL", settings.REDIS_URL)
         env.setdefault("KEEL_VAR_DIR", str(settings.VAR_DIR))
         self.dir.mkdir(parents=True, exist_ok=True)
+        pid = fork_server.spawn(proc, env, self.log_path(proc.name)) if fork_server else None
+        if pid is None:
+            pid = self._start_fresh(proc, env)
+        self.pid_path(proc.name).write_text(f"{pid} {process_start_time(pid) or ''}")
+        return pid
+
+    def _start_fresh(self, proc: ProcessSpec, env: dict[str, str]) -> int:
         with open(self.log_path(proc.name), "ab") as log:
             child = subprocess.Popen(
                 proc.argv,
@@ -188,7 +270,6 @@ class LocalCluster:
                 cwd=settings.BASE_DIR,
                 start_new_session=True,
             )
-        self.pid_path(proc.name).write_text(f"{child.pid} {process_start_time(child.pid) or ''}")
         return child.pid
 
     def signal(self, name: str, signum: int) -> int:

@@ -17,6 +17,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from keel import process as keel_process
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("KEEL_VAR_DIR", BASE_DIR / ".var"))
 
@@ -137,7 +139,15 @@ ALLOWED_HOSTS = [
     if h.strip()
 ]
 
-INSTALLED_APPS = [
+#: The apps of an engine process (keel.process): what masters and workers use, nothing more.
+ENGINE_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "engine",
+    "history",
+]
+
+FULL_APPS = [
     "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
@@ -156,6 +166,8 @@ INSTALLED_APPS = [
     "dashboard",
     "devcluster",
 ]
+
+INSTALLED_APPS = ENGINE_APPS if keel_process.role == keel_process.ENGINE else FULL_APPS
 
 #: Reverse proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (engine.clientaddr);
 #: from any other caller they are ignored, so no caller can claim another address.
@@ -190,6 +202,12 @@ AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 
 ROOT_URLCONF = "keel.urls"
+if keel_process.role == keel_process.ENGINE:
+    # No requests, no logins: nothing of the web stack is loaded, not even by the checks that
+    # Celery's Django fixup runs when a worker's consumer starts.
+    MIDDLEWARE = []
+    AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
+    ROOT_URLCONF = "keel.no_urls"
 ASGI_APPLICATION = "keel.asgi.application"
 
 TEMPLATES = [

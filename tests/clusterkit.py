@@ -1,8 +1,11 @@
 """Real local clusters for tests and benchmarks: each in its own database, Redis db and port.
 
-A cluster is started with the user's own command (``./run cluster up``) against a database
-cloned from a migrated template, and torn down with ``./run cluster down``. Helpers poll with a
-deadline; nothing here sleeps to synchronise.
+A cluster runs the user's own commands (``./run cluster up``, ``start``, ``down``) against a
+database cloned from a migrated template. By default they run in one control process per
+cluster (devcluster.control), which forks masters and workers from a set-up interpreter; a
+cluster made with ``fresh=True`` runs every command through ``./run`` and starts every process
+as a fresh interpreter, the shipped path. Helpers poll with a deadline; nothing here sleeps to
+synchronise.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import contextlib
 import itertools
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -121,6 +125,7 @@ class Cluster:
         heartbeat_timeout: float = 3.0,
         extra_args: tuple[str, ...] = (),
         redis_url: str | None = None,
+        fresh: bool = False,
     ) -> None:
         self.db_name = template.clone()
         self.database_url = f"{template.server_url}/{self.db_name}"
@@ -150,15 +155,37 @@ class Cluster:
             *extra_args,
         )
         self._db: psycopg.Connection | None = None
+        self.fresh = fresh
+        self._control: Control | None = None
 
     # -- commands (the user's interface) -----------------------------------------------------
 
     def run(
         self, *args: str, check: bool = True, timeout: float = 180
     ) -> subprocess.CompletedProcess:
+        """``./run ARGS``; a ``cluster`` command runs in the cluster's control process unless
+        the cluster is ``fresh``."""
+        if args[:1] == ("cluster",) and not self.fresh:
+            if self._control is None or not self._control.alive():
+                self._control = Control(self.env)
+            proc = self._control.call(["cluster", *args[1:]], self.env, timeout)
+        else:
+            return self.cli(*args, check=check, timeout=timeout)
+        return self._checked(args, proc, check)
+
+    def cli(
+        self, *args: str, check: bool = True, timeout: float = 180
+    ) -> subprocess.CompletedProcess:
+        """``./run ARGS`` as a user types it: a fresh interpreter, whatever the cluster."""
         proc = subprocess.run(
             [RUN, *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout
         )
+        return self._checked(args, proc, check)
+
+    @staticmethod
+    def _checked(
+        args: tuple[str, ...], proc: subprocess.CompletedProcess, check: bool
+    ) -> subprocess.CompletedProcess:
         if check and proc.returncode != 0:
             raise AssertionError(
                 f"./run {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
@@ -190,6 +217,9 @@ class Cluster:
             if pid and pid_alive(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+        if self._control is not None:
+            self._control.close()
+            self._control = None
         if self._db is not None:
             self._db.close()
 
@@ -331,6 +361,54 @@ class Cluster:
         ]
         if dead:
             self.run("cluster", "start", *dead)
+
+
+class Control:
+    """The client of a cluster's control process (devcluster.control)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [PYTHON, "-m", "devcluster.control"],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None,  # its own complaints go to the test's output
+            start_new_session=True,
+        )
+        self._read(120)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def call(
+        self, argv: list[str], env: dict[str, str], timeout: float
+    ) -> subprocess.CompletedProcess:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"argv": argv, "env": env}).encode() + b"\n")
+        self.proc.stdin.flush()
+        answer = self._read(timeout)
+        return subprocess.CompletedProcess(
+            ["./run", *argv], answer["rc"], answer["stdout"], answer["stderr"]
+        )
+
+    def _read(self, timeout: float) -> dict:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else b""
+        if not line:
+            self.close()
+            raise AssertionError(f"the cluster's control process gave no answer in {timeout}s")
+        return json.loads(line)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()  # it ends, and its fork server with it
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
 
 
 def run_batch_job(cluster: Cluster, config: str, what: str, timeout: float = 300) -> int:

@@ -43,7 +43,7 @@ def _test_file_roots():
         settings.ENGINE["connectors.file-roots"].append(root)
 
 
-from tests.clusterkit import Cluster, DatabaseTemplate  # noqa: E402 (after the roots are set)
+from tests.clusterkit import Cluster, DatabaseTemplate, admin_conn  # noqa: E402 (after the roots)
 
 
 @pytest.fixture(scope="session")
@@ -51,6 +51,37 @@ def db_template():
     template = DatabaseTemplate()
     yield template
     template.drop_all()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(
+    request, django_test_environment, django_db_blocker, django_db_modify_db_settings, db_template
+):
+    """The test database is a clone of the clusters' migrated template: one migrate per run,
+    not two. pytest-django then finds it migrated (keepdb) and only checks it."""
+    from django.conf import settings
+    from django.test.utils import setup_databases
+    from pytest_django.fixtures import _get_databases_for_setup
+
+    name = settings.DATABASES["default"]["TEST"]["NAME"]
+    with admin_conn(db_template.server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{db_template.name}"')
+    aliases, serialized_aliases = _get_databases_for_setup(request.session.items)
+    with django_db_blocker.unblock():
+        setup_databases(
+            verbosity=request.config.option.verbose,
+            interactive=False,
+            aliases=aliases,
+            serialized_aliases=serialized_aliases,
+            keepdb=True,
+        )
+    yield
+    from django.db import connections
+
+    connections.close_all()
+    with admin_conn(db_template.server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,19 @@ import uuid
 
 import pytest
 
-from tests.clusterkit import PYTHON, ROOT, wait_for
+from tests.clusterkit import PYTHON, ROOT, Cluster, wait_for
 
 pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(db_template):
+    """The shipped path: every command through ``./run``, every process a fresh interpreter
+    (the other modules' clusters fork theirs from a set-up one)."""
+    with Cluster(
+        db_template, masters=2, workers=2, slots=8, heartbeat_timeout=3.0, fresh=True
+    ) as c:
+        yield c
 
 
 def test_cluster_up_gives_a_healthy_cluster(healthy):
@@ -342,3 +352,94 @@ def test_status_reports_dead_processes(healthy):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+#: What an engine process must never load: the web stack (keel.process).
+WEB_ONLY = (
+    "daphne",
+    "twisted",
+    "channels",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "axes",
+    "django.contrib.admin",
+    "autobahn",
+)
+
+
+def _imported(import_log: str) -> set[str]:
+    """The modules named in a ``-X importtime`` log."""
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in import_log.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+
+
+def test_masters_and_workers_load_no_web_stack_and_the_web_sets_up_once(healthy, tmp_path):
+    """A master and a worker started as an operator starts them run without daphne, twisted
+    or any other web-only app, also once the worker's Celery consumer has served a command;
+    the web process is ``manage.py web`` itself (daphne in-process, not exec'd)."""
+    env = dict(healthy.env, PYTHONPROFILEIMPORTTIME="1", PYTHONUNBUFFERED="1")
+    probes = {
+        "worker": [PYTHON, "manage.py", "worker", "--name", "probe-worker", "--slots", "1"],
+        "master": [PYTHON, "manage.py", "master", "--name", "probe-master"],
+    }
+    logs = {kind: open(tmp_path / f"{kind}.log", "w+") for kind in probes}
+    procs = {
+        kind: subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=logs[kind], text=True
+        )
+        for kind, argv in probes.items()
+    }
+    try:
+        wait_for(
+            lambda: (
+                healthy.one(
+                    "SELECT count(*) FROM engine_member"
+                    " WHERE name = 'probe-worker' AND state = 'ALIVE'"
+                )
+                and healthy.one(
+                    "SELECT count(*) FROM engine_mastercandidate WHERE name = 'probe-master'"
+                )
+            ),
+            60,
+            interval=0.1,
+            what="the probe worker ALIVE and the probe master a candidate",
+        )
+        ping = (
+            "import django, json, sys; django.setup()\n"
+            "from engine.member.handlers import member_ping\n"
+            "from engine.protocol import member_queue\n"
+            "r = member_ping.apply_async(\n"
+            "    args=['probe-worker'], queue=member_queue('probe-worker'))\n"
+            "print(json.dumps(r.get(timeout=20)))\n"
+        )
+        out = subprocess.run(
+            [PYTHON, "-c", ping],
+            cwd=ROOT,
+            env=dict(healthy.env, DJANGO_SETTINGS_MODULE="keel.settings"),
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+        assert '"ok": true' in out
+    finally:
+        for proc in procs.values():
+            proc.send_signal(signal.SIGTERM)
+        for kind, proc in procs.items():
+            proc.wait(30)
+            logs[kind].close()
+    for kind in probes:
+        log = (tmp_path / f"{kind}.log").read_text()
+        modules = _imported(log)
+        assert "engine.member.worker" in modules or "engine.master.loop" in modules, log[-2000:]
+        loaded = sorted(
+            m for m in modules for web in WEB_ONLY if m == web or m.startswith(web + ".")
+        )
+        assert not loaded, f"the {kind} imported {loaded[:10]}"
+    web_argv = (healthy.var_dir / "cluster" / "web.pid").read_text().split()[0]
+    cmdline = open(f"/proc/{web_argv}/cmdline", "rb").read().split(b"\0")
+    assert cmdline[1:3] == [str(ROOT / "manage.py").encode(), b"web"], cmdline

@@ -19,7 +19,7 @@ def test_a_postgres_restart_restores_nothing():
     with PrivatePostgres() as server:
         template = DatabaseTemplate(server.url)
         try:
-            with Cluster(template, masters=2, workers=2, slots=4) as c:
+            with Cluster(template, masters=2, workers=2, slots=4, fresh=True) as c:
                 job_id = submit(c, CHECKPOINTING_STREAM)
 
                 wait_for(

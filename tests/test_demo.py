@@ -11,9 +11,12 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+import pytest
 import redis
 
 from tests.clusterkit import ROOT, RUN, SERVER_URL, free_port, pid_alive, wait_for
+
+pytestmark = pytest.mark.cluster
 
 
 def start_demo(args: list[str], env: dict) -> subprocess.Popen:

@@ -71,7 +71,7 @@ def test_a_drained_workers_job_stays_clean_and_a_killed_workers_turns_dirty(db_t
         to_drain = next(m for m in on_drained if m not in on_killed)
         before = scrape(c)
 
-        drained = c.run("cluster", "drain", to_drain, "--reason", "kernel upgrade", timeout=120)
+        drained = c.cli("cluster", "drain", to_drain, "--reason", "kernel upgrade", timeout=120)
         assert f"drain of {to_drain} LEFT" in drained.stdout, drained.stdout
         on_killed = hosts(job(c, killed_job))
         to_kill = next(m for m in on_killed if m not in hosts(job(c, drained_job)))

@@ -61,6 +61,7 @@ def test_every_example_plans(path, examples_db, tmp_path, db):
     assert plan.pipelines and plan.slots_needed >= 2
 
 
+@pytest.mark.cluster
 def test_localfile_examples_run_on_a_cluster(db_template, tmp_path):
     """FakeSource -> Filter -> CSV, then CSV -> RowFilter -> JSON lines, with ./run submit."""
     cluster = Cluster(db_template, masters=1, workers=1, slots=4)

@@ -10,6 +10,8 @@ import pytest
 
 from tests.clusterkit import PYTHON, ROOT, RUN, free_port
 
+pytestmark = pytest.mark.cluster
+
 DEAD_PG = f"postgres://keel:secret@127.0.0.1:{free_port()}/keel"
 DEAD_REDIS = f"redis://127.0.0.1:{free_port()}/0"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from engine.dbsession import GUARDED_SESSIONS_ENV
@@ -20,21 +21,17 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         require_services(postgres=True, redis=True)
-        daphne = os.path.join(os.path.dirname(sys.executable), "daphne")
-        argv = [
-            daphne,
-            "-b",
-            opts["host"],
-            "-p",
-            str(opts["port"]),
-            "keel.asgi:application",
-        ]
-        # No --proxy-headers: daphne would believe any caller's X-Forwarded-For. The client's
-        # address is resolved in Django instead, from trusted proxies only (engine.clientaddr).
-        sys.stdout.flush()
         # A frozen web process must not stall the engine: its sessions get the engine's
         # timeouts (an open transaction, with the job or event-append lock, is ended).
         os.environ[GUARDED_SESSIONS_ENV] = "1"
         # Connection checks of the jobs it takes run in workers, not here.
-        os.environ["KEEL_CHECK_IN_WORKERS"] = "1"
-        os.execv(daphne, argv)
+        settings.ENGINE["connectors.check-in-workers"] = True
+        sys.stdout.flush()
+        # daphne runs in this interpreter, so Django is set up once (keel.asgi finds it ready).
+        # No --proxy-headers: daphne would believe any caller's X-Forwarded-For. The client's
+        # address is resolved in Django instead, from trusted proxies only (engine.clientaddr).
+        from daphne.cli import CommandLineInterface
+
+        CommandLineInterface().run(
+            ["-b", opts["host"], "-p", str(opts["port"]), "keel.asgi:application"]
+        )

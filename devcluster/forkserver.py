@@ -1,0 +1,160 @@
+"""A fork server for local clusters: masters and workers forked from one set-up interpreter.
+
+Each engine process started fresh pays for an interpreter, Django's set-up and the engine's
+imports (about a second of CPU). The fork server pays once: it sets Django up with the engine's
+apps (keel.process), imports what masters and workers run, opens no connection, and forks each
+process from there. A child gets its own session (setsid), its log on stdout and stderr, its
+own process name in the settings and in PostgreSQL's ``application_name``, and Celery's
+after-fork hooks; then it runs ``manage.py`` as a fresh process would.
+
+It serves only a child whose environment is its own (settings are read once, at its start);
+``devcluster.localcluster`` starts any other the usual way. Protocol, on stdin and stdout: one
+JSON object per line, ``{"name", "argv", "log"}`` in, ``{"pid"}`` or ``{"error"}`` out.
+
+Run as ``python -m devcluster.forkserver`` in the cluster's environment.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import multiprocessing.util
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+#: What a master or a worker imports on its way to running: imported once, here.
+PRELOAD = (
+    "engine.management.commands.master",
+    "engine.management.commands.worker",
+    "engine.member.worker",
+    "engine.master.loop",
+    "celery.worker",
+    "celery.apps.worker",
+    "kombu.transport.redis",
+)
+#: Variables a child gets of its own; any other difference in the environment is a different
+#: configuration, which a fork cannot give.
+PER_PROCESS_ENV = frozenset({"KEEL_PROCESS_NAME", "PYTHONUNBUFFERED"})
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def comparable_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in PER_PROCESS_ENV}
+
+
+def set_up() -> None:
+    """Django with the engine's apps, the engine imported, no connection open."""
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "keel.settings")
+    from keel import process
+
+    process.role = process.ENGINE
+    import django
+
+    django.setup()
+    import importlib
+
+    for module in PRELOAD:
+        importlib.import_module(module)
+    from django.db import connections
+
+    connections.close_all()
+
+
+def _set_comm(name: str) -> None:
+    """The kernel's name of this process (``ps -o comm``, ``top``): the member's, not ours."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
+def become(name: str, argv: list[str], log: str) -> int:
+    """In the forked child: detach, take the process's identity, and run its command; the
+    exit status."""
+    os.setsid()
+    for signum in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+        signal.signal(signum, signal.SIG_DFL)
+    out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    os.close(null)
+    sys.stdout.reconfigure(line_buffering=True, write_through=True)
+    sys.stderr.reconfigure(line_buffering=True, write_through=True)
+    os.environ["KEEL_PROCESS_NAME"] = name
+    os.environ["PYTHONUNBUFFERED"] = "1"
+    _set_comm(name)
+
+    from django.conf import settings
+    from django.db import connections
+
+    from engine.dbsession import django_application_name
+
+    settings.PROCESS_NAME = name
+    application_name = django_application_name(name, os.getpid())
+    settings.DATABASES["default"]["OPTIONS"]["application_name"] = application_name
+    connections["default"].settings_dict["OPTIONS"]["application_name"] = application_name
+    multiprocessing.util._run_after_forkers()  # Celery's and kombu's after-fork hooks
+
+    import manage
+
+    sys.argv = [str(ROOT / "manage.py"), *argv]
+    try:
+        manage.main(sys.argv)
+        return 0
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    except BaseException:
+        traceback.print_exc()
+        return 1
+
+
+def fork(name: str, argv: list[str], log: str) -> int:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        code = become(name, argv, log)
+    finally:
+        try:
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve() -> None:
+    # Children are reaped by the kernel: the cluster watches them by pid and start time.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    reply = sys.stdout
+    print(json.dumps({"ready": os.getpid()}), file=reply, flush=True)
+    for line in sys.stdin:
+        try:
+            request = json.loads(line)
+            answer = {"pid": fork(request["name"], list(request["argv"]), request["log"])}
+        except Exception as exc:  # a bad request is answered, never the server's end
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        print(json.dumps(answer), file=reply, flush=True)
+
+
+if __name__ == "__main__":
+    set_up()
+    serve()
