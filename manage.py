@@ -9,7 +9,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run one command; a service that is down, or a bad setting, is one line and an exit code."""
     argv = sys.argv if argv is None else argv
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "keel.settings")
-    from keel import process
+    from engine import process
 
     if process.role == process.FULL:  # a fork server may have chosen already
         process.role = process.role_for(argv)

@@ -61,31 +61,34 @@ def _all_alive(port: int, var_dir: Path) -> bool:
     return bool(overview.get("activeMaster")) and {"worker-1", "worker-2", "worker-3"} <= names
 
 
+def cli_round(template: DatabaseTemplate) -> tuple[float, float]:
+    """One cluster through ``./run``: (up to all alive, restart of worker-1 to ALIVE)."""
+    var_dir = Path(tempfile.mkdtemp(prefix="keel-bench-startup-"))
+    env, port = _env(template, var_dir), free_port()
+    up = ("cluster", "up", "--masters", "2", "--workers", "3", "--slots", "2")
+    try:
+        started = time.monotonic()
+        _run(env, *up, "--heartbeat-timeout", "3", "--port", str(port))
+        wait_for(lambda: _all_alive(port, var_dir), 30, 0.05, "every process in the API")
+        up_time = time.monotonic() - started
+        _run(env, "cluster", "stop", "worker-1")
+        started = time.monotonic()
+        _run(env, "cluster", "start", "worker-1")
+        wait_for(
+            lambda: "worker-1" in {m["name"] for m in _members(port, var_dir)},
+            30,
+            0.02,
+            "worker-1 ALIVE",
+        )
+        return up_time, time.monotonic() - started
+    finally:
+        subprocess.run([RUN, "cluster", "down"], cwd=ROOT, env=env, capture_output=True)
+        shutil.rmtree(var_dir, ignore_errors=True)
+
+
 def measure_cli(template: DatabaseTemplate) -> tuple[list[float], list[float]]:
-    ups, restarts = [], []
-    for _ in range(ROUNDS):
-        var_dir = Path(tempfile.mkdtemp(prefix="keel-bench-startup-"))
-        env, port = _env(template, var_dir), free_port()
-        up = ("cluster", "up", "--masters", "2", "--workers", "3", "--slots", "2")
-        try:
-            started = time.monotonic()
-            _run(env, *up, "--heartbeat-timeout", "3", "--port", str(port))
-            wait_for(lambda: _all_alive(port, var_dir), 30, 0.05, "every process in the API")
-            ups.append(time.monotonic() - started)
-            _run(env, "cluster", "stop", "worker-1")
-            started = time.monotonic()
-            _run(env, "cluster", "start", "worker-1")
-            wait_for(
-                lambda: "worker-1" in {m["name"] for m in _members(port, var_dir)},
-                30,
-                0.02,
-                "worker-1 ALIVE",
-            )
-            restarts.append(time.monotonic() - started)
-        finally:
-            subprocess.run([RUN, "cluster", "down"], cwd=ROOT, env=env, capture_output=True)
-            shutil.rmtree(var_dir, ignore_errors=True)
-    return ups, restarts
+    rounds = [cli_round(template) for _ in range(ROUNDS)]
+    return [r[0] for r in rounds], [r[1] for r in rounds]
 
 
 def measure_kit(template: DatabaseTemplate) -> tuple[list[float], list[float]] | None:

@@ -2,7 +2,7 @@
 
 Each engine process started fresh pays for an interpreter, Django's set-up and the engine's
 imports (about a second of CPU). The fork server pays once: it sets Django up with the engine's
-apps (keel.process), imports what masters and workers run, opens no connection, and forks each
+apps (engine.process), imports what masters and workers run, opens no connection, and forks each
 process from there. A child gets its own session (setsid), its log on stdout and stderr, its
 own process name in the settings and in PostgreSQL's ``application_name``, and Celery's
 after-fork hooks; then it runs ``manage.py`` as a fresh process would.
@@ -50,7 +50,7 @@ def set_up() -> None:
     """Django with the engine's apps, the engine imported, no connection open."""
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "keel.settings")
-    from keel import process
+    from engine import process
 
     process.role = process.ENGINE
     import django
@@ -78,8 +78,9 @@ def become(name: str, argv: list[str], log: str) -> int:
     """In the forked child: detach, take the process's identity, and run its command; the
     exit status."""
     os.setsid()
-    for signum in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-        signal.signal(signum, signal.SIG_DFL)
+    # The server's only change to an interpreter's signal dispositions (SIGPIPE and SIGXFSZ
+    # stay ignored, as Python sets them: a write to a closed socket raises, never kills).
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)

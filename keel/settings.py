@@ -17,7 +17,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from keel import process as keel_process
+from engine import process as process_role
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("KEEL_VAR_DIR", BASE_DIR / ".var"))
@@ -139,7 +139,7 @@ ALLOWED_HOSTS = [
     if h.strip()
 ]
 
-#: The apps of an engine process (keel.process): what masters and workers use, nothing more.
+#: The apps of an engine process (engine.process): what masters and workers use, nothing more.
 ENGINE_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -167,7 +167,7 @@ FULL_APPS = [
     "devcluster",
 ]
 
-INSTALLED_APPS = ENGINE_APPS if keel_process.role == keel_process.ENGINE else FULL_APPS
+INSTALLED_APPS = ENGINE_APPS if process_role.role == process_role.ENGINE else FULL_APPS
 
 #: Reverse proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (engine.clientaddr);
 #: from any other caller they are ignored, so no caller can claim another address.
@@ -202,7 +202,7 @@ AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 
 ROOT_URLCONF = "keel.urls"
-if keel_process.role == keel_process.ENGINE:
+if process_role.role == process_role.ENGINE:
     # No requests, no logins: nothing of the web stack is loaded, not even by the checks that
     # Celery's Django fixup runs when a worker's consumer starts.
     MIDDLEWARE = []

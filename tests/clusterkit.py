@@ -51,6 +51,14 @@ def wait_for(
         time.sleep(interval)
 
 
+def wait_for_api(
+    predicate: Callable[[], T], timeout: float, interval: float = 0.1, what: str = "condition"
+) -> T:
+    """``wait_for`` for a predicate that asks the web process: every 0.1 s, so that the waiting
+    does not keep the web busy on one of the machine's cores while the engine works."""
+    return wait_for(predicate, timeout, interval=interval, what=what)
+
+
 def holds_for(predicate: Callable[[], object], seconds: float, what: str) -> None:
     """Watch ``predicate`` every 50 ms for ``seconds`` (a fault's duration): it must stay true
     throughout."""

@@ -86,9 +86,10 @@ def django_db_setup(
 
 @pytest.fixture(scope="module")
 def cluster(db_template):
-    """A running cluster (2 masters, 2 workers, 8 fixed slots, 3 s heartbeat timeout) shared by
-    a module's tests; each destructive test restores it with ``cluster.restore()`` first."""
-    with Cluster(db_template, masters=2, workers=2, slots=8, heartbeat_timeout=3.0) as c:
+    """A running cluster (1 master, 2 workers, 8 fixed slots, 3 s heartbeat timeout) shared by
+    a module's tests; each destructive test restores it with ``cluster.restore()`` first. A
+    module that hurts masters makes its own (tests/test_cluster.py)."""
+    with Cluster(db_template, masters=1, workers=2, slots=8, heartbeat_timeout=3.0) as c:
         yield c
 
 

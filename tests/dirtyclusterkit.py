@@ -14,10 +14,15 @@ from tests.clusterkit import Cluster, wait_for
 from tests.test_jobs_cluster import TERMINAL, job, post, wait_status
 
 
+def dirty_cluster(db_template, masters: int = 2) -> Cluster:
+    """3 workers of 4 fixed slots, 3 s heartbeat timeout."""
+    return Cluster(db_template, masters=masters, workers=3, slots=4, heartbeat_timeout=3.0)
+
+
 @pytest.fixture(scope="module")
 def dc(db_template):
     """3 workers of 4 fixed slots, 2 masters, 3 s heartbeat timeout."""
-    with Cluster(db_template, masters=2, workers=3, slots=4, heartbeat_timeout=3.0) as c:
+    with dirty_cluster(db_template) as c:
         yield c
 
 

@@ -22,7 +22,7 @@ from tests.test_jobs_cluster import TERMINAL, job, streaming, submit, wait_statu
 
 pytestmark = pytest.mark.cluster
 
-DELAY = 8.0
+DELAY = 5.0
 #: The sweep runs every second; the Celery round trip and a loaded machine add a little.
 SWEEP_SLACK = timedelta(seconds=2.5)
 BATCH = """

@@ -354,7 +354,7 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-v"]))
 
 
-#: What an engine process must never load: the web stack (keel.process).
+#: What an engine process must never load: the web stack (engine.process).
 WEB_ONLY = (
     "daphne",
     "twisted",

@@ -52,11 +52,11 @@ import subprocess
 import psycopg
 import pytest
 
-from tests.clusterkit import ROOT, Cluster, wait_for
+from tests.clusterkit import ROOT, Cluster, wait_for, wait_for_api
 from tests.dirtyclusterkit import (
     all_running,
     cancel,
-    dc,
+    dirty_cluster,
     dirty_task,
     episodes,
     hosts,
@@ -73,18 +73,25 @@ __all__ = ["data_db", "dc", "quiet"]
 pytestmark = pytest.mark.cluster
 
 
+@pytest.fixture(scope="module")
+def dc(db_template):
+    """The dirty tests' cluster with one master: no test here hurts a master."""
+    with dirty_cluster(db_template, masters=1) as c:
+        yield c
+
+
 def test_kill9_of_a_member_hosting_several_pipelines_counts_one_attempt(quiet):
     """One member-loss episode affecting multiple pipelines counts one
     first-generation job attempt (not one per pipeline or task group)."""
     c = quiet
     job_id = submit(c, streaming(pipelines=3, threshold=2))
-    detail = wait_for(lambda: all_running(c, job_id), 30, what="the job to run")
+    detail = wait_for_api(lambda: all_running(c, job_id), 30, what="the job to run")
     assert detail["dirtyTask"]["evaluationStatus"] == "CLEAN"
     victim, affected = max(hosts(detail).items(), key=lambda kv: len(kv[1]))
     assert len(affected) >= 2
     uuid = member_uuid(c, victim)
     c.signal(victim, signal.SIGKILL)
-    detail = wait_for(lambda: recovered(c, job_id, 1), 30, what="the recovery to complete")
+    detail = wait_for_api(lambda: recovered(c, job_id, 1), 30, what="the recovery to complete")
     d = detail["dirtyTask"]
     assert d["recoveryAttemptCount"] == 1 and d["recoveryEpisodeCount"] == 1
     assert d["memberLossIncidentCount"] == 1 and d["evaluationStatus"] == "CLEAN"
@@ -122,7 +129,7 @@ def test_a_failed_redeployment_then_another_counts_two(slow_heartbeat):
     in the same episode."""
     c = slow_heartbeat
     job_id = submit(c, streaming(threshold=2, retries=5, interval=2))
-    detail = wait_for(lambda: all_running(c, job_id), 30, what="the job to run")
+    detail = wait_for_api(lambda: all_running(c, job_id), 30, what="the job to run")
     used = set(hosts(detail))
     names = [p["name"] for p in c.status() if p["kind"] == "worker"]
     idle = next(n for n in names if n not in used)
@@ -130,19 +137,21 @@ def test_a_failed_redeployment_then_another_counts_two(slow_heartbeat):
     c.signal(idle, signal.SIGSTOP)  # ALIVE for 12 s more: it gets a slot, never runs it
     c.signal(victim, signal.SIGKILL)
     try:
-        wait_for(
+        wait_for_api(
             lambda: (
                 dirty_task(c, job_id)["recoveryAttemptCount"] == 1 and idle in hosts(job(c, job_id))
             ),
             20,
             what="the first redeployment (partly on the frozen member)",
         )
-        detail = wait_for(
+        detail = wait_for_api(
             lambda: all_running(c, job_id, restores=2), 40, what="the second redeployment"
         )
     finally:
         c.signal(idle, signal.SIGCONT)
-    d = wait_for(lambda: recovered(c, job_id, 1), 20, what="the episode to complete")["dirtyTask"]
+    d = wait_for_api(lambda: recovered(c, job_id, 1), 20, what="the episode to complete")[
+        "dirtyTask"
+    ]
     assert d["recoveryAttemptCount"] == 2 and d["recoveryEpisodeCount"] == 1
     assert d["memberLossIncidentCount"] == 2
     assert d["dirty"] and d["evaluationStatus"] == "DIRTY" and d["firstDirtyTime"]
@@ -163,11 +172,11 @@ def test_duplicate_member_removed_delivery_and_confirmation_change_nothing(quiet
     the same member-removed event and the same confirmations again: no change."""
     c = quiet
     job_id = submit(c, streaming(pipelines=2))
-    detail = wait_for(lambda: all_running(c, job_id), 30, what="the job to run")
+    detail = wait_for_api(lambda: all_running(c, job_id), 30, what="the job to run")
     victim = next(iter(hosts(detail)))
     uuid = member_uuid(c, victim)
     c.signal(victim, signal.SIGKILL)
-    wait_for(lambda: recovered(c, job_id, 1), 30, what="the recovery")
+    wait_for_api(lambda: recovered(c, job_id, 1), 30, what="the recovery")
     before = (dirty_task(c, job_id), episodes(c, job_id))
     events = c.one("SELECT count(*) FROM engine_engineevent WHERE kind LIKE 'dirty.%%'")
     script = f"""
@@ -214,9 +223,9 @@ def test_ordinary_failures_are_not_counted_nor_consume_a_completed_episode(quiet
         "                      schema { fields { id = bigint, name = string } } } }\n"
         f'sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = t }} }}\n',
     )
-    detail = wait_for(lambda: all_running(c, job_id), 30, what="the job to run")
+    detail = wait_for_api(lambda: all_running(c, job_id), 30, what="the job to run")
     c.signal(next(iter(hosts(detail))), signal.SIGKILL)
-    wait_for(lambda: recovered(c, job_id, 1), 30, what="the recovery")
+    wait_for_api(lambda: recovered(c, job_id, 1), 30, what="the recovery")
     with psycopg.connect(data_db, autocommit=True) as conn:
         conn.execute("DROP TABLE t CASCADE")
         conn.execute("DROP TABLE IF EXISTS t__keel_stage CASCADE")
@@ -235,16 +244,16 @@ def test_a_pod_restart_is_unclassified_and_counted_once_deployment_starts(quiet)
     UNCLASSIFIED, and nothing counts until the restored pipeline reaches DEPLOYING."""
     c = quiet
     job_id = submit(c, streaming(threshold=2, interval=3))
-    detail = wait_for(lambda: all_running(c, job_id), 30, what="the job to run")
+    detail = wait_for_api(lambda: all_running(c, job_id), 30, what="the job to run")
     leaver = next(iter(hosts(detail)))
     c.signal(leaver, signal.SIGTERM)
-    d = wait_for(
+    d = wait_for_api(
         lambda: (d := dirty_task(c, job_id))["memberLossIncidentCount"] == 1 and d,
         10,
         what="the incident",
     )
     # Prepared (restore requested, due in 3 s) but not deployed: not counted.
-    wait_for(
+    wait_for_api(
         lambda: any(a["state"] == "PREPARED" for e in episodes(c, job_id) for a in e["attempts"]),
         10,
         what="the attempt to be prepared",
@@ -255,11 +264,30 @@ def test_a_pod_restart_is_unclassified_and_counted_once_deployment_starts(quiet)
         c.one("SELECT state FROM engine_member WHERE uuid = %s::uuid", (d["lastLostMemberUuid"],))
         == "LEFT"
     )
-    d = wait_for(lambda: recovered(c, job_id, 1), 30, what="the recovery")["dirtyTask"]
+    d = wait_for_api(lambda: recovered(c, job_id, 1), 30, what="the recovery")["dirtyTask"]
     assert d["recoveryAttemptCount"] == 1
     assert episodes(c, job_id)[0]["incidents"][0]["classification"] == "UNCLASSIFIED"
     c.start(leaver)  # the pod comes back as a new member
     cancel(c, job_id)
+
+
+def submit_many(c: Cluster, count: int) -> list[int]:
+    """``count`` one-pipeline streaming jobs of threshold 2 in one request (SeaTunnel's
+    ``/submit-jobs``, one transaction): their ids."""
+    config = {
+        "env": {
+            "job.mode": "STREAMING",
+            "parallelism": 1,
+            "job.retry.times": 3,
+            "job.retry.interval.seconds": 0,
+            "job.dirty-task.threshold": 2,
+        },
+        "source": [{"plugin_name": "FakeSource", "plugin_output": "s0", "rows.per-second": 50}],
+        "sink": [{"plugin_name": "Blackhole", "plugin_input": "s0"}],
+    }
+    code, body = post(c, "/submit-jobs", [config] * count)
+    assert code == 200 and len(body) == count, body
+    return [int(j["jobId"]) for j in body]
 
 
 def test_member_removal_stays_bounded_with_many_enabled_jobs(quiet):
@@ -268,8 +296,8 @@ def test_member_removal_stays_bounded_with_many_enabled_jobs(quiet):
     transaction: every watermark is up to date at once. (Timing: bench/member_loss.)"""
     c = quiet
     head = submit(c, streaming(pipelines=6, threshold=2))
-    detail = wait_for(lambda: all_running(c, head), 30, what="the big job to run")
-    queued = [submit(c, streaming(threshold=2)) for _ in range(200)]
+    detail = wait_for_api(lambda: all_running(c, head), 30, what="the big job to run")
+    queued = submit_many(c, 200)
     victim = next(iter(hosts(detail)))
     uuid = member_uuid(c, victim)
     c.signal(victim, signal.SIGKILL)
@@ -290,8 +318,8 @@ def test_member_removal_stays_bounded_with_many_enabled_jobs(quiet):
         c.one("SELECT count(*) FROM engine_memberlossincident WHERE job_id = ANY(%s)", (queued,))
         == 0
     )
-    for job_id in [head, *queued]:
-        assert post(c, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
+    code, stopped = post(c, "/stop-jobs", [{"jobId": j} for j in [head, *queued]])
+    assert code == 200 and len(stopped) == 201, stopped
     wait_for(
         lambda: (
             c.one(

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from tests.clusterkit import ROOT, wait_for
+from tests.clusterkit import ROOT, wait_for, wait_for_api
 from tests.dirtyclusterkit import (
     all_running,
     cancel,
@@ -39,22 +39,24 @@ def test_master_kill9_before_and_right_after_confirmation_counts_exactly_once(qu
     next one as soon as the confirmation is visible: one confirmation, count 1."""
     c = quiet
     job_id = submit(c, streaming(pipelines=2, threshold=3, interval=2))
-    detail = wait_for(lambda: all_running(c, job_id), 30, what="the job to run")
+    detail = wait_for_api(lambda: all_running(c, job_id), 30, what="the job to run")
     victim = next(iter(hosts(detail)))
     c.signal(victim, signal.SIGKILL)
-    wait_for(
+    wait_for_api(
         lambda: any(a["state"] == "PREPARED" for e in episodes(c, job_id) for a in e["attempts"]),
         10,
         what="a prepared attempt",
     )
     epoch, master = c.active_master()
     c.signal(master, signal.SIGKILL)
-    wait_for(lambda: dirty_task(c, job_id)["recoveryAttemptCount"] >= 1, 30, what="a confirmation")
+    wait_for_api(
+        lambda: dirty_task(c, job_id)["recoveryAttemptCount"] >= 1, 30, what="a confirmation"
+    )
     second = wait_for(c.active_master, 10, what="a new master")
     assert second[0] > epoch
     c.signal(second[1], signal.SIGKILL)
     c.start(master)
-    detail = wait_for(lambda: recovered(c, job_id, 1), 30, what="the recovery to complete")
+    detail = wait_for_api(lambda: recovered(c, job_id, 1), 30, what="the recovery to complete")
     assert wait_for(c.active_master, 10, what="a third master")[0] > second[0]
     d = dirty_task(c, job_id)
     assert d["recoveryAttemptCount"] == 1 and d["trackingComplete"]
@@ -76,9 +78,9 @@ def test_state_survives_the_death_of_every_master(quiet):
     c = quiet
     assert c.one("SHOW synchronous_commit") == "on"
     job_id = submit(c, streaming(threshold=1))
-    detail = wait_for(lambda: all_running(c, job_id), 30, what="the job to run")
+    detail = wait_for_api(lambda: all_running(c, job_id), 30, what="the job to run")
     c.signal(next(iter(hosts(detail))), signal.SIGKILL)
-    before = wait_for(lambda: recovered(c, job_id, 1), 30, what="the recovery")["dirtyTask"]
+    before = wait_for_api(lambda: recovered(c, job_id, 1), 30, what="the recovery")["dirtyTask"]
     history = episodes(c, job_id)
     masters = [p["name"] for p in c.status() if p["kind"] == "master"]
     for name in masters:
@@ -97,7 +99,7 @@ def test_a_tracker_failure_never_blocks_recovery_and_reads_unknown(quiet):
     CLEAN), and the failure is surfaced as an event."""
     c = quiet
     job_id = submit(c, streaming(threshold=2))
-    detail = wait_for(lambda: all_running(c, job_id), 30, what="the job to run")
+    detail = wait_for_api(lambda: all_running(c, job_id), 30, what="the job to run")
     c.db.execute(
         f"""
         CREATE FUNCTION dirty_fault_{job_id}() RETURNS trigger AS $$
@@ -111,7 +113,7 @@ def test_a_tracker_failure_never_blocks_recovery_and_reads_unknown(quiet):
     )
     try:
         c.signal(next(iter(hosts(detail))), signal.SIGKILL)
-        wait_for(lambda: all_running(c, job_id, restores=1), 30, what="the restore")
+        wait_for_api(lambda: all_running(c, job_id, restores=1), 30, what="the restore")
     finally:
         c.db.execute(f"DROP TRIGGER dirty_fault_{job_id} ON engine_dirtyjobstate")
         c.db.execute(f"DROP FUNCTION dirty_fault_{job_id}")
@@ -136,9 +138,9 @@ def test_the_threshold_changes_neither_status_nor_retries_and_finished_reads_the
     episodes read exactly as they did while it ran."""
     c = quiet
     job_id = submit(c, streaming(threshold=1, retries=1))
-    detail = wait_for(lambda: all_running(c, job_id), 30, what="the job to run")
+    detail = wait_for_api(lambda: all_running(c, job_id), 30, what="the job to run")
     c.signal(next(iter(hosts(detail))), signal.SIGKILL)
-    detail = wait_for(lambda: recovered(c, job_id, 1), 30, what="the recovery")
+    detail = wait_for_api(lambda: recovered(c, job_id, 1), 30, what="the recovery")
     assert detail["jobStatus"] == "RUNNING" and detail["dirtyTask"]["evaluationStatus"] == "DIRTY"
     running, history = detail["dirtyTask"], episodes(c, job_id)
     listed_running = listed(c, job_id)
@@ -149,12 +151,12 @@ def test_the_threshold_changes_neither_status_nor_retries_and_finished_reads_the
     assert listed(c, job_id) == listed_running
     assert c.one("SELECT count(*) FROM engine_dirtyjobstate WHERE job_id = %s", (job_id,)) == 0
     # Retry behaviour unchanged by DIRTY: a second loss exceeds job.retry.times = 1.
-    detail = wait_for(lambda: all_running(c, other), 30, what="the second job to run")
+    detail = wait_for_api(lambda: all_running(c, other), 30, what="the second job to run")
     c.signal(next(iter(hosts(detail))), signal.SIGKILL)
-    wait_for(lambda: all_running(c, other, restores=1), 30, what="its restore")
+    wait_for_api(lambda: all_running(c, other, restores=1), 30, what="its restore")
     assert dirty_task(c, other)["dirty"]
     c.restore()
-    detail = wait_for(lambda: all_running(c, other), 30, what="running again")
+    detail = wait_for_api(lambda: all_running(c, other), 30, what="running again")
     c.signal(next(iter(hosts(detail))), signal.SIGKILL)
     detail = wait_status(c, other, TERMINAL, timeout=30)
     assert detail["jobStatus"] == "FAILED" and "job.retry.times = 1" in detail["errorMsg"]
@@ -170,7 +172,7 @@ def test_disabled_by_default_and_old_finished_records_stay_readable(quiet):
         "env { job.mode = STREAMING }\nsource { FakeSource { rows.per-second = 10 } }\n"
         "sink { Blackhole {} }",
     )
-    wait_for(lambda: all_running(c, job_id), 30, what="the job to run")
+    wait_for_api(lambda: all_running(c, job_id), 30, what="the job to run")
     assert dirty_task(c, job_id) == {"evaluationStatus": "DISABLED", "dirty": False}
     assert c.one("SELECT count(*) FROM engine_dirtyjobstate WHERE job_id = %s", (job_id,)) == 0
     before = cancel(c, job_id)
@@ -217,7 +219,7 @@ def test_an_older_member_refuses_enabling_until_every_member_upgraded(quiet):
         assert error["path"] == "env.job.dirty-task.threshold"
         assert worker in error["message"] and "protocol 1" in error["message"]
         disabled = submit(c, streaming(threshold=-1))
-        wait_for(lambda: all_running(c, disabled), 30, what="a disabled job to run")
+        wait_for_api(lambda: all_running(c, disabled), 30, what="a disabled job to run")
         cancel(c, disabled)
     finally:
         c.signal(worker, signal.SIGTERM)
@@ -230,6 +232,6 @@ def test_an_older_member_refuses_enabling_until_every_member_upgraded(quiet):
     )
     job_id = submit(c, streaming(threshold=2))
     assert dirty_task(c, job_id)["evaluationStatus"] in ("CLEAN", "UNKNOWN")
-    wait_for(lambda: all_running(c, job_id), 30, what="the enabled job to run")
+    wait_for_api(lambda: all_running(c, job_id), 30, what="the enabled job to run")
     assert dirty_task(c, job_id)["evaluationStatus"] == "CLEAN"
     cancel(c, job_id)

@@ -14,7 +14,7 @@ import pytest
 from celery import Celery
 
 from engine.protocol import TASK_CANCEL, TASK_MEMBER_COMMANDS, member_queue
-from tests.clusterkit import ROOT, RUN, SERVER_URL, Cluster, admin_conn, wait_for
+from tests.clusterkit import ROOT, RUN, SERVER_URL, Cluster, admin_conn, wait_for, wait_for_api
 
 pytestmark = pytest.mark.cluster
 TERMINAL = {"FINISHED", "FAILED", "CANCELED"}
@@ -22,8 +22,9 @@ TERMINAL = {"FINISHED", "FAILED", "CANCELED"}
 
 @pytest.fixture(scope="module")
 def jc(db_template):
-    """A cluster with 2 workers of 4 fixed slots each (8 slots)."""
-    with Cluster(db_template, masters=2, workers=2, slots=4, heartbeat_timeout=3.0) as c:
+    """A cluster with 2 workers of 4 fixed slots each (8 slots); no test here hurts a master, so
+    it has one."""
+    with Cluster(db_template, masters=1, workers=2, slots=4, heartbeat_timeout=3.0) as c:
         yield c
 
 
@@ -182,7 +183,7 @@ def test_two_independent_chains_are_two_running_pipelines(jc):
     detail = wait_status(jc, job_id, {"RUNNING"}, timeout=30)
     assert [p["status"] for p in detail["pipelines"]] == ["RUNNING", "RUNNING"]
     assert len(detail["pipelines"]) == 2
-    wait_for(
+    wait_for_api(
         lambda: all(
             p["taskGroups"][1]["metrics"]["sourceReceivedCount"] > 0
             for p in job(jc, job_id)["pipelines"]
@@ -193,7 +194,7 @@ def test_two_independent_chains_are_two_running_pipelines(jc):
     code, _ = post(jc, f"/api/v1/jobs/{job_id}/cancel")
     assert code == 202
     assert wait_status(jc, job_id, TERMINAL, timeout=30)["jobStatus"] == "CANCELED"
-    wait_for(lambda: free_slots(jc) == 8, 10, what="every slot to be free")
+    wait_for_api(lambda: free_slots(jc) == 8, 10, what="every slot to be free")
 
 
 def streaming(parallelism: int) -> str:
@@ -211,7 +212,7 @@ def test_job_waits_pending_for_slots_and_runs_when_another_is_cancelled(jc):
     assert free_slots(jc) == 2
     waiting = submit(jc, streaming(3))  # 4 slots: only 2 free
     small = submit(jc, streaming(1))  # 2 slots would fit, but FIFO keeps it behind
-    overview = wait_for(
+    overview = wait_for_api(
         lambda: (o := jc.api("/api/v1/overview")[1])["pendingJobs"] == 2 and o,
         10,
         what="two pending jobs",
@@ -226,7 +227,7 @@ def test_job_waits_pending_for_slots_and_runs_when_another_is_cancelled(jc):
     for job_id in (waiting, small):
         assert post(jc, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
         wait_status(jc, job_id, {"CANCELED"}, timeout=30)
-    wait_for(lambda: free_slots(jc) == 8, 10, what="every slot to be free")
+    wait_for_api(lambda: free_slots(jc) == 8, 10, what="every slot to be free")
 
 
 def test_failing_transform_fails_the_job_with_the_plugin_and_cause(jc):
@@ -245,7 +246,7 @@ def test_failing_transform_fails_the_job_with_the_plugin_and_cause(jc):
     assert "transform[0].RowFilter" in detail["errorMsg"]
     assert "invalid literal for int()" in detail["errorMsg"]
     assert detail["finishTime"] is not None
-    wait_for(lambda: free_slots(jc) == 8, 10, what="every slot to be free")
+    wait_for_api(lambda: free_slots(jc) == 8, 10, what="every slot to be free")
 
 
 def test_submit_cli_reports_config_errors_with_path_and_line(jc):
@@ -309,7 +310,7 @@ def test_lost_deploy_commands_are_redelivered(jc):
     wait_status(jc, job_id, {"RUNNING"}, timeout=20)
     assert post(jc, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
     wait_status(jc, job_id, {"CANCELED"}, timeout=30)
-    wait_for(lambda: free_slots(jc) == 8, 10, what="every slot to be free")
+    wait_for_api(lambda: free_slots(jc) == 8, 10, what="every slot to be free")
 
 
 def test_jdbc_reads_null_partitions_and_upserts_repeated_keys(jc, data_db):
@@ -396,4 +397,4 @@ def test_a_worker_runs_every_command_of_a_batched_message(jc):
     assert sorted(canceled[:2]) == [(first, first_attempt), (second, second_attempt)]
     assert post(jc, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
     wait_status(jc, job_id, {"CANCELED"}, timeout=30)
-    wait_for(lambda: free_slots(jc) == 8, 10, what="every slot to be free")
+    wait_for_api(lambda: free_slots(jc) == 8, 10, what="every slot to be free")

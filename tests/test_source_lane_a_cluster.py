@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from engine.sourceruntime.choices import AssignmentState
-from tests.clusterkit import Cluster, wait_for
+from tests.clusterkit import Cluster, wait_for, wait_for_api
 from tests.test_jobs_cluster import TERMINAL, data_db, job, post, submit, wait_status
 
 __all__ = ["data_db"]
@@ -121,7 +121,7 @@ def test_the_tracker_holds_each_new_split_until_a_checkpoint_proves_it(lane_a, t
         wait_for(lambda: lane_a.checkpoints_completed(job_id) == 1, 30, what="a checkpoint")
         for n in (1, 2, 3):
             inbox.drop()
-            wait_for(lambda n=n: counts() == tracked(ADMITTED=n), 15, what=f"{n} tracked")
+            wait_for_api(lambda n=n: counts() == tracked(ADMITTED=n), 15, what=f"{n} tracked")
         wait_for(lambda: applied() == 3, 15, interval=0.05, what="the readers' 3 splits")
         assert counts() == tracked(ADMITTED=3)  # still: no checkpoint proved them
     finally:  # its slots are the module's next tests'
@@ -266,4 +266,3 @@ def test_a_batch_job_restored_after_one_reader_finished_reads_nothing_twice(
     assert detail["jobStatus"] == "FINISHED", detail
     assert detail["pipelines"][0]["restoreCount"] == 1
     assert committed(data_db) == (inbox.rows, inbox.rows)
-    lane_a.start(victim)

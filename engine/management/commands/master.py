@@ -15,7 +15,7 @@ from engine.master.loop import Master, MasterOptions
 class Command(BaseCommand):
     help = "Run a master candidate: election, membership monitoring, and (when active) the engine"
     # The checks are the web's and migrate's (URLs, admin, templates): an engine process
-    # loads none of those apps (keel.process) and starts without them.
+    # loads none of those apps (engine.process) and starts without them.
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):

@@ -18,7 +18,7 @@ CONCURRENCY_HELP = "Celery pool threads (they only validate and hand over)"
 class Command(BaseCommand):
     help = "Run an engine member (worker): slots, heartbeat, and a Celery worker for its commands"
     # The checks are the web's and migrate's (URLs, admin, templates): an engine process
-    # loads none of those apps (keel.process) and starts without them.
+    # loads none of those apps (engine.process) and starts without them.
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
