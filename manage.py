@@ -9,9 +9,11 @@ def main(argv: list[str] | None = None) -> None:
     """Run one command; a service that is down, or a bad setting, is one line and an exit code."""
     argv = sys.argv if argv is None else argv
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "keel.settings")
+    from django.conf import settings
+
     from engine import process
 
-    if process.role == process.FULL:  # a fork server may have chosen already
+    if not settings.configured:  # else a fork server or a control process chose already
         process.role = process.role_for(argv)
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
@@ -26,15 +28,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except (OperationalError, InterfaceError) as exc:
         # A service went away mid-command: one clear line, no traceback.
-        from django.conf import settings
-
         from engine.services import EXIT_SERVICE_DOWN, postgres_error_line
 
         print(postgres_error_line(settings.DATABASE_URL, exc), file=sys.stderr)
         sys.exit(EXIT_SERVICE_DOWN)
     except (BrokerError, RedisConnectionError) as exc:
-        from django.conf import settings
-
         from engine.services import EXIT_SERVICE_DOWN, redis_error_line
 
         print(redis_error_line(settings.REDIS_URL, exc), file=sys.stderr)

@@ -24,7 +24,6 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from rest_framework.authtoken.models import Token
 
 from engine import roles
 from engine.models import MasterCandidate, Member
@@ -424,6 +423,8 @@ def ensure_admin(var_dir: Path) -> tuple[str, str, str]:
         user.save()
         _write_private(password_file, password)
     password = password_file.read_text().strip()
+    from rest_framework.authtoken.models import Token  # `cluster up` only: a full process
+
     token, _ = Token.objects.get_or_create(user=user)
     return ADMIN_USERNAME, password, token.key
 
@@ -446,6 +447,8 @@ def ensure_role_user(role: str) -> str:
         user.set_unusable_password()
         user.save()
     user.groups.set([Group.objects.get(name=role)])
+    from rest_framework.authtoken.models import Token  # `cluster up` only: a full process
+
     token, _ = Token.objects.get_or_create(user=user)
     return token.key
 

@@ -167,7 +167,10 @@ FULL_APPS = [
     "devcluster",
 ]
 
-INSTALLED_APPS = ENGINE_APPS if process_role.role == process_role.ENGINE else FULL_APPS
+INSTALLED_APPS = {
+    process_role.ENGINE: ENGINE_APPS,
+    process_role.CLUSTER: [*ENGINE_APPS, "devcluster"],
+}.get(process_role.role, FULL_APPS)
 
 #: Reverse proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (engine.clientaddr);
 #: from any other caller they are ignored, so no caller can claim another address.
@@ -202,7 +205,7 @@ AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 
 ROOT_URLCONF = "keel.urls"
-if process_role.role == process_role.ENGINE:
+if process_role.role != process_role.FULL:
     # No requests, no logins: nothing of the web stack is loaded, not even by the checks that
     # Celery's Django fixup runs when a worker's consumer starts.
     MIDDLEWARE = []

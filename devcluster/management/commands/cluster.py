@@ -15,6 +15,9 @@ from engine.services import require_services
 
 class Command(BaseCommand):
     help = "Manage the local cluster: web, masters and workers as background processes"
+    # The checks are the web's and migrate's; `./run cluster start` is on an operator's
+    # critical path after a fault.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
