@@ -18,6 +18,7 @@ import io
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +37,9 @@ def run(argv: list[str]) -> tuple[int, str, str]:
             manage.main(["manage.py", *argv])
         except SystemExit as exc:
             code = exc.code
+        except BaseException:  # what `./run` would print before exiting 1; the loop goes on
+            traceback.print_exc()
+            code = 1
         finally:
             # No session outlives a command: the cluster's database may be dropped, or its
             # server restarted, between two requests.

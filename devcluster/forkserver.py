@@ -16,13 +16,14 @@ Run as ``python -m devcluster.forkserver`` in the cluster's environment.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import json
-import logging
 import multiprocessing.util
 import os
 import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -135,7 +136,10 @@ def fork(name: str, argv: list[str], log: str) -> int:
         code = become(name, argv, log)
     finally:
         try:
-            logging.shutdown()
+            # As an interpreter ends: wait for its non-daemon threads, then its exit handlers
+            # (logging's flush among them); never back into the server's loop.
+            threading._shutdown()  # type: ignore[attr-defined]
+            atexit._run_exitfuncs()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:

@@ -174,7 +174,9 @@ class Cluster:
         """``./run ARGS``; a ``cluster`` command runs in the cluster's control process unless
         the cluster is ``fresh``."""
         if args[:1] == ("cluster",) and not self.fresh:
-            if self._control is None or not self._control.alive():
+            if self._control is None or not self._control.serves(self.env):
+                if self._control is not None:
+                    self._control.close()
                 self._control = Control(self.env)
             proc = self._control.call(["cluster", *args[1:]], self.env, timeout)
         else:
@@ -375,6 +377,7 @@ class Control:
     """The client of a cluster's control process (devcluster.control)."""
 
     def __init__(self, env: dict[str, str]) -> None:
+        self.env = dict(env)
         self.proc = subprocess.Popen(
             [PYTHON, "-m", "devcluster.control"],
             cwd=ROOT,
@@ -386,8 +389,10 @@ class Control:
         )
         self._read(120)
 
-    def alive(self) -> bool:
-        return self.proc.poll() is None
+    def serves(self, env: dict[str, str]) -> bool:
+        """Alive, and started with ``env``: its settings (and its fork server's) were read from
+        the environment once, so a changed one needs a new control process."""
+        return self.proc.poll() is None and env == self.env
 
     def call(
         self, argv: list[str], env: dict[str, str], timeout: float

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture(scope="module")
 def forked(db_template):
-    with Cluster(db_template, masters=1, workers=1, slots=2) as c:
+    with Cluster(db_template, masters=2, workers=1, slots=2) as c:
         yield c
 
 
@@ -31,23 +31,27 @@ def signal_masks(pid: int) -> dict[str, str]:
 
 
 def test_a_forked_process_is_a_fresh_one_in_every_way_that_shows(forked, tmp_path):
-    pids = {name: forked.pid(name) for name in ("master-1", "worker-1")}
-    server = next(
-        int(p.name)
-        for p in Path("/proc").iterdir()
-        if p.name.isdigit()
-        and b"devcluster.forkserver" in _cmdline(int(p.name))
-        and _environ_has(int(p.name), forked.database_url)
-    )
+    pids = {name: forked.pid(name) for name in ("master-1", "master-2", "worker-1")}
+    server = _ppid(pids["master-1"])
+    assert b"devcluster.forkserver" in _cmdline(server)
+    assert b"devcluster.control" in _cmdline(_ppid(server))
     for name, pid in pids.items():
-        assert _ppid(pid) in (server, 1), name  # forked, not exec'd by the control process
+        assert _ppid(pid) == server, name  # forked by the server, not exec'd
         assert _cmdline(pid) == _cmdline(server)
         assert Path(f"/proc/{pid}/comm").read_text().strip() == name[:15]
         assert _sid(pid) == pid, f"{name} is not the leader of its own session"
-    assert forked.one(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
-        (f"keel:master-1:{pids['master-1']}",),
-    ), "the master's sessions do not carry its own name and pid"
+    # The server was started with the first child's environment (master-1's name): the
+    # second master's sessions must carry its own name and pid, not those.
+    for name in ("master-1", "master-2"):
+        wait_for(
+            lambda n=name: forked.one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                (f"keel:{n}:{pids[n]}",),
+            ),
+            10,
+            interval=0.1,
+            what=f"a session of {name} under its own name and pid",
+        )
 
     # A fresh worker of the same cluster, for its signal dispositions.
     with open(tmp_path / "fresh.log", "w") as log:
@@ -78,13 +82,6 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
-
-
-def _environ_has(pid: int, text: str) -> bool:
-    try:
-        return text.encode() in Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return False
 
 
 def _stat(pid: int) -> list[str]:
