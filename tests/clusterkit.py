@@ -458,6 +458,6 @@ def pid_alive(pid: int) -> bool:
         os.waitpid(pid, os.WNOHANG)
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or going while being read
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
