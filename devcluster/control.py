@@ -6,9 +6,10 @@ once per cluster: it runs the same ``manage.py`` commands in-process, one per re
 forks masters and workers from a fork server (devcluster.forkserver). Tests of the command line
 itself still run ``./run``.
 
-Protocol, on stdin and stdout: one JSON object per line, ``{"argv", "env"}`` in (the command's
-arguments after ``manage.py``, and the environment it runs in), ``{"rc", "stdout", "stderr"}``
-out. Run as ``python -m devcluster.control`` in the cluster's environment.
+Protocol, on stdin and stdout: one JSON object per line, ``{"argv"}`` in (the command's
+arguments after ``manage.py``), ``{"rc", "stdout", "stderr"}`` out. Run as ``python -m
+devcluster.control`` in the cluster's environment; a cluster whose environment changes needs a
+new one (settings are read once).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import io
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
+
+from devcluster.forkserver import run_command
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,26 +30,15 @@ def run(argv: list[str]) -> tuple[int, str, str]:
     """Run ``manage.py argv`` here: its exit status and what it printed."""
     from django.db import connections
 
-    import manage
-
     out, err = io.StringIO(), io.StringIO()
-    code: int | str | None = 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            manage.main(["manage.py", *argv])
-        except SystemExit as exc:
-            code = exc.code
-        except BaseException:  # what `./run` would print before exiting 1; the loop goes on
-            traceback.print_exc()
-            code = 1
+            code = run_command(argv)
         finally:
             # No session outlives a command: the cluster's database may be dropped, or its
             # server restarted, between two requests.
             connections.close_all()
-    if isinstance(code, str):
-        err.write(code + "\n")
-        code = 1
-    return code or 0, out.getvalue(), err.getvalue()
+    return code, out.getvalue(), err.getvalue()
 
 
 def serve() -> None:
@@ -68,10 +59,7 @@ def serve() -> None:
     print(json.dumps({"ready": os.getpid()}), file=reply, flush=True)
     try:
         for line in sys.stdin:
-            request = json.loads(line)
-            os.environ.clear()
-            os.environ.update(request["env"])
-            code, out, err = run(list(request["argv"]))
+            code, out, err = run(list(json.loads(line)["argv"]))
             print(json.dumps({"rc": code, "stdout": out, "stderr": err}), file=reply, flush=True)
     finally:
         localcluster.fork_server.close()

@@ -21,11 +21,13 @@ import ctypes
 import json
 import multiprocessing.util
 import os
+import select
 import signal
 import sys
 import threading
 import traceback
 from pathlib import Path
+from typing import IO
 
 #: What a master or a worker imports on its way to running: imported once, here.
 PRELOAD = (
@@ -45,6 +47,32 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def comparable_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in PER_PROCESS_ENV}
+
+
+def read_answer(stream: IO[bytes], timeout: float) -> dict | None:
+    """The next one-line JSON answer on ``stream`` (a server's stdout), or None if none came
+    within ``timeout`` seconds or the server is gone."""
+    ready, _, _ = select.select([stream], [], [], timeout)
+    line = stream.readline() if ready else b""
+    return json.loads(line) if line else None
+
+
+def run_command(argv: list[str]) -> int:
+    """Run ``manage.py argv`` in this interpreter; its exit status as a fresh process would
+    give it (``sys.exit``'s code, 1 with the traceback for any other exception)."""
+    import manage
+
+    try:
+        manage.main(["manage.py", *argv])
+        return 0
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:
+        traceback.print_exc()
+        return 1
 
 
 def set_up() -> None:
@@ -96,33 +124,16 @@ def become(name: str, argv: list[str], log: str) -> int:
     _set_comm(name)
 
     from django.conf import settings
-    from django.db import connections
 
     from engine.dbsession import django_application_name
 
     settings.PROCESS_NAME = name
     application_name = django_application_name(name, os.getpid())
+    # The connections' settings are this same dict (no connection is open yet).
     settings.DATABASES["default"]["OPTIONS"]["application_name"] = application_name
-    connections["default"].settings_dict["OPTIONS"]["application_name"] = application_name
     multiprocessing.util._run_after_forkers()  # Celery's and kombu's after-fork hooks
-
-    import manage
-
     sys.argv = [str(ROOT / "manage.py"), *argv]
-    try:
-        manage.main(sys.argv)
-        return 0
-    except SystemExit as exc:
-        code = exc.code
-        if code is None:
-            return 0
-        if isinstance(code, int):
-            return code
-        print(code, file=sys.stderr)
-        return 1
-    except BaseException:
-        traceback.print_exc()
-        return 1
+    return run_command(argv)
 
 
 def fork(name: str, argv: list[str], log: str) -> int:

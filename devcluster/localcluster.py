@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import secrets
-import select
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
+from devcluster.forkserver import comparable_env, read_answer
 from engine import roles
 from engine.models import MasterCandidate, Member
 from engine.queries import overview
@@ -123,8 +123,6 @@ class ForkServer:
         self._env: dict[str, str] = {}
 
     def spawn(self, proc: ProcessSpec, env: dict[str, str], log: Path) -> int | None:
-        from devcluster.forkserver import comparable_env
-
         if proc.kind not in ("master", "worker") or proc.argv[1:2] != [MANAGE]:
             return None
         if self._server is None or self._server.poll() is not None:
@@ -153,8 +151,6 @@ class ForkServer:
         answer = self._ask(None, timeout=60)
         if "ready" not in answer:
             raise ClusterError(f"the fork server did not start: see {self.log_path}")
-        from devcluster.forkserver import comparable_env
-
         self._env = comparable_env(env)
 
     def _ask(self, request: dict | None, timeout: float) -> dict:
@@ -166,12 +162,11 @@ class ForkServer:
                 server.stdin.flush()
         except OSError:
             return {"error": "the fork server is gone"}
-        ready, _, _ = select.select([server.stdout], [], [], timeout)
-        line = server.stdout.readline() if ready else b""
-        if not line:
+        answer = read_answer(server.stdout, timeout)
+        if answer is None:
             self.close()
             return {"error": f"no answer within {timeout:.0f}s"}
-        return json.loads(line)
+        return answer
 
     def close(self) -> None:
         if self._server is not None:

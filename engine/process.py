@@ -21,14 +21,13 @@ CLUSTER = "cluster"
 #: The ``manage.py`` commands that run as engine processes.
 ENGINE_COMMANDS = frozenset({"master", "worker"})
 
-#: The role of this interpreter: set by ``manage.py`` (or a fork server) before Django reads
-#: its settings, and read by ``keel.settings``.
-role = FULL
-
-
 #: ``manage.py cluster`` actions that only start, stop and watch processes: no web app is
 #: needed (``up`` makes the API's tokens, which needs the REST framework).
 ENGINE_CLUSTER_ACTIONS = frozenset({"status", "kill", "stop", "start", "drain", "down"})
+
+#: The role of this interpreter: set by ``manage.py`` (or a fork server) before Django reads
+#: its settings, and read by ``keel.settings``.
+role = FULL
 
 
 def role_for(argv: Sequence[str]) -> str:

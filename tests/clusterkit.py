@@ -14,7 +14,6 @@ import contextlib
 import itertools
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -28,6 +27,8 @@ from typing import Any, TypeVar
 
 import psycopg
 import redis
+
+from devcluster.forkserver import read_answer
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
@@ -173,15 +174,13 @@ class Cluster:
     ) -> subprocess.CompletedProcess:
         """``./run ARGS``; a ``cluster`` command runs in the cluster's control process unless
         the cluster is ``fresh``."""
-        if args[:1] == ("cluster",) and not self.fresh:
-            if self._control is None or not self._control.serves(self.env):
-                if self._control is not None:
-                    self._control.close()
-                self._control = Control(self.env)
-            proc = self._control.call(["cluster", *args[1:]], self.env, timeout)
-        else:
+        if args[:1] != ("cluster",) or self.fresh:
             return self.cli(*args, check=check, timeout=timeout)
-        return self._checked(args, proc, check)
+        if self._control is None or not self._control.serves(self.env):
+            if self._control is not None:
+                self._control.close()
+            self._control = Control(self.env)
+        return self._checked(args, self._control.call(list(args), timeout), check)
 
     def cli(
         self, *args: str, check: bool = True, timeout: float = 180
@@ -394,11 +393,9 @@ class Control:
         the environment once, so a changed one needs a new control process."""
         return self.proc.poll() is None and env == self.env
 
-    def call(
-        self, argv: list[str], env: dict[str, str], timeout: float
-    ) -> subprocess.CompletedProcess:
+    def call(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"argv": argv, "env": env}).encode() + b"\n")
+        self.proc.stdin.write(json.dumps({"argv": argv}).encode() + b"\n")
         self.proc.stdin.flush()
         answer = self._read(timeout)
         return subprocess.CompletedProcess(
@@ -407,12 +404,11 @@ class Control:
 
     def _read(self, timeout: float) -> dict:
         assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else b""
-        if not line:
+        answer = read_answer(self.proc.stdout, timeout)
+        if answer is None:
             self.close()
             raise AssertionError(f"the cluster's control process gave no answer in {timeout}s")
-        return json.loads(line)
+        return answer
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
