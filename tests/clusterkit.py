@@ -37,6 +37,26 @@ SERVER_URL = os.environ.get("KEEL_TEST_SERVER_URL", "postgres://127.0.0.1:5432")
 REDIS_BASE = os.environ.get("KEEL_TEST_REDIS_URL", "redis://127.0.0.1:6379")
 T = TypeVar("T")
 
+#: This test process's lane when pytest-xdist runs lanes side by side (0 when it does not), and
+#: how many there are. Lanes share the machine's PostgreSQL (every database name carries the
+#: pid) and its Redis, whose 16 numbered databases are split between them.
+LANE = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+LANES = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+MAX_LANES = 4
+assert LANES <= MAX_LANES, f"at most {MAX_LANES} test lanes share one Redis (-n {LANES} given)"
+_CLUSTER_DBS = 8 // max(LANES, 1)
+
+
+def lane_redis_url(use: str) -> str:
+    """The Redis database of this lane for ``use``: "tests" (the test process's own
+    channel layer and broker), "spare" (one web or demo started outside a cluster at a time)
+    or "cluster" (each cluster its own, in turn from the lane's share of 8-15)."""
+    if use == "tests":
+        return f"{REDIS_BASE}/{LANE}"
+    if use == "spare":
+        return f"{REDIS_BASE}/{7 - LANE}"
+    return f"{REDIS_BASE}/{next(_redis_db)}"
+
 
 def wait_for(
     predicate: Callable[[], T], timeout: float, interval: float = 0.01, what: str = "condition"
@@ -109,7 +129,7 @@ class DatabaseTemplate:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-_redis_db = itertools.cycle(range(8, 16))
+_redis_db = itertools.cycle(range(8 + LANE * _CLUSTER_DBS, 8 + (LANE + 1) * _CLUSTER_DBS))
 
 
 def _json_or_text(body: bytes) -> Any:
@@ -138,7 +158,7 @@ class Cluster:
     ) -> None:
         self.db_name = template.clone()
         self.database_url = f"{template.server_url}/{self.db_name}"
-        self.redis_url = redis_url or f"{REDIS_BASE}/{next(_redis_db)}"
+        self.redis_url = redis_url or lane_redis_url("cluster")
         redis.Redis.from_url(self.redis_url).flushdb()
         self.port = free_port()
         self.var_dir = Path(tempfile.mkdtemp(prefix="keel-cluster-"))

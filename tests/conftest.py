@@ -43,7 +43,33 @@ def _test_file_roots():
         settings.ENGINE["connectors.file-roots"].append(root)
 
 
-from tests.clusterkit import Cluster, DatabaseTemplate, admin_conn  # noqa: E402 (after the roots)
+from tests.clusterkit import (  # noqa: E402 (after the roots)
+    Cluster,
+    DatabaseTemplate,
+    admin_conn,
+    lane_redis_url,
+)
+
+
+def _use_the_lanes_redis() -> None:
+    """This lane's own Redis database for the test process's channel layer and broker (and
+    the processes it starts), so that lanes running side by side see none of each other's
+    groups and queues. Settings are loaded before any conftest, so they are repointed here,
+    before a test runs and before the layer or the Celery app first connects."""
+    from django.conf import settings
+
+    from keel.celery import app
+
+    url = lane_redis_url("tests")
+    os.environ["REDIS_URL"] = settings.REDIS_URL = url
+    settings.CELERY_BROKER_URL = settings.CELERY_RESULT_BACKEND = url
+    app.conf.broker_url = app.conf.result_backend = url
+    for layer in settings.CHANNEL_LAYERS.values():
+        for host in layer["CONFIG"]["hosts"]:
+            host["address"] = url
+
+
+_use_the_lanes_redis()
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from tests.clusterkit import PYTHON, REDIS_BASE, ROOT, free_port, wait_for
+from tests.clusterkit import PYTHON, ROOT, free_port, lane_redis_url, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -32,7 +32,7 @@ def web(db_template, tmp_path_factory):
     env = dict(
         os.environ,
         DATABASE_URL=f"{db_template.server_url}/{database}",
-        REDIS_URL=f"{REDIS_BASE}/15",
+        REDIS_URL=lane_redis_url("spare"),
         KEEL_PROCESS_NAME="web-fuzz",
     )
     token = (

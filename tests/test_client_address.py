@@ -26,7 +26,7 @@ from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.core.exceptions import ImproperlyConfigured
 
 from engine.clientaddr import resolve
-from tests.clusterkit import PYTHON, REDIS_BASE, ROOT, free_port, wait_for
+from tests.clusterkit import PYTHON, ROOT, free_port, lane_redis_url, wait_for
 
 PROXY, CALLER, OTHER_CALLER = "127.0.0.2", "127.0.0.3", "127.0.0.1"
 PASSWORD = "right-pass-123"
@@ -56,7 +56,7 @@ class Web:
         env = dict(
             os.environ,
             DATABASE_URL=database_url,
-            REDIS_URL=f"{REDIS_BASE}/15",
+            REDIS_URL=lane_redis_url("spare"),
             KEEL_VAR_DIR=var_dir,
             KEEL_PROCESS_NAME="web",
             KEEL_TRUSTED_PROXIES=trusted,

@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.clusterkit import ROOT, RUN, SERVER_URL, free_port, pid_alive, wait_for
+from tests.clusterkit import (
+    ROOT,
+    RUN,
+    SERVER_URL,
+    free_port,
+    lane_redis_url,
+    pid_alive,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -45,7 +53,7 @@ def read_until_ready(demo: subprocess.Popen) -> str:
 def test_demo_runs_until_ctrl_c_and_stops_everything(db_template):
     port = free_port()
     var_dir = tempfile.mkdtemp(prefix="keel-demo-")
-    redis_url = "redis://127.0.0.1:6379/7"
+    redis_url = lane_redis_url("spare")
     redis.Redis.from_url(redis_url).flushdb()
     env = dict(
         os.environ,
