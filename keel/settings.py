@@ -371,6 +371,11 @@ ENGINE = {
         "KEEL_JOB_STATE_CLEANUP_MAX_ATTEMPTS", "10", minimum=1
     ),
     "job-state-cleanup.hint": _flag("KEEL_JOB_STATE_CLEANUP_HINT", "true"),
+    # Recovery's durable intents (engine.master.control): a control step not DONE this long
+    # after it was enqueued is enqueued again (its message or its runner was lost); the
+    # master's housekeeping reconciles only attempts and episodes left alone this long.
+    "control-step.requeue-after": _seconds("KEEL_CONTROL_STEP_REQUEUE_AFTER", "10s"),
+    "housekeeping.settle": _seconds("KEEL_HOUSEKEEPING_SETTLE", "10s"),
     "history.retention": _duration(
         "KEEL_HISTORY_RETENTION", os.environ.get("KEEL_HISTORY_RETENTION", "7d")
     ),

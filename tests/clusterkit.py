@@ -40,8 +40,8 @@ T = TypeVar("T")
 #: This test process's lane when pytest-xdist runs lanes side by side (0 when it does not), and
 #: how many there are. Lanes share the machine's PostgreSQL (every database name carries the
 #: pid) and its Redis, whose 16 numbered databases are split between them.
-LANE = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
 LANES = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+LANE = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")) % LANES
 MAX_LANES = 4
 assert LANES <= MAX_LANES, f"at most {MAX_LANES} test lanes share one Redis (-n {LANES} given)"
 _CLUSTER_DBS = 8 // max(LANES, 1)

@@ -34,6 +34,22 @@ def _stop_event_relay():
     relay.stop()
 
 
+@pytest.fixture(autouse=True)
+def _keels_celery_app_stays_current():
+    """A test that makes a Celery app of its own must not leave it this thread's current app:
+    every later ``current_app.send_task`` of the engine would go to that app's broker (a test
+    that ran after it would find nothing on its queue, depending on the order of modules)."""
+    from celery import current_app
+
+    from keel.celery import app
+
+    yield
+    leaked = current_app._get_current_object()
+    if leaked is not app:
+        app.set_current()
+        pytest.fail(f"the test left Celery app {leaked!r} current (use set_as_current=False)")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _test_file_roots():
     from django.conf import settings

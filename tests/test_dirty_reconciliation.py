@@ -12,12 +12,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
 from engine import dirty
-from engine.master import loop, orchestration
+from engine.master import orchestration
 from engine.models import (
     DirtyJobState,
     DirtyTrackingGap,
@@ -77,11 +78,11 @@ def test_master_change_during_confirmation_confirms_once(engine, fault):
 
 def test_housekeeping_leaves_a_recovery_in_flight_to_its_normal_path(engine, fault):
     """The master's housekeeping reconciles again, but only attempts and episodes left alone
-    for HOUSEKEEPING_SETTLE: during a storm it would otherwise lock every recovering job, one
+    for engine.housekeeping.settle: during a storm it would otherwise lock every recovering job, one
     transaction each, against their own restores. What it skipped it repairs once settled."""
     job = redeployed_unconfirmed(engine, fault)
     fault.off()
-    settle = loop.HOUSEKEEPING_SETTLE
+    settle = float(settings.ENGINE["housekeeping.settle"])
     assert orchestration.reconcile(engine.epoch, settle) == 0  # just prepared: not its turn
     assert {s for _, s in attempts(job)} == {"PREPARED"}
     RecoveryAttempt.objects.filter(job=job).update(

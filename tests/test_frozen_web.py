@@ -35,6 +35,7 @@ def test_a_web_process_frozen_inside_a_submit_stalls_nothing(db_template):
             return c.one(
                 "SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid"
                 " WHERE a.application_name LIKE 'keel:web:%%' AND l.locktype = 'advisory'"
+                " AND a.datname = current_database()"
                 " AND NOT l.granted AND (l.classid, l.objid) = (%s, %s)",
                 EVENT_APPEND,
             )

@@ -372,7 +372,7 @@ def test_a_worker_runs_every_command_of_a_batched_message(jc):
         [TASK_CANCEL, [second]],  # wrong arguments: logged, the rest still run
         [TASK_CANCEL, [second, second_attempt, uuid]],
     ]
-    publisher = Celery(broker=jc.redis_url)
+    publisher = Celery(broker=jc.redis_url, set_as_current=False)  # not this thread's app
     try:
         publisher.send_task(TASK_MEMBER_COMMANDS, args=[batch], queue=member_queue(member))
     finally:

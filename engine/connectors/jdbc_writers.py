@@ -63,8 +63,12 @@ def connect_sink(config: dict, context: dict, writer: str) -> psycopg.Connection
 
 def writer_key(context: dict) -> str:
     """The same for every attempt of one reader's sink: job, pipeline, reader, and the sink's
-    index when it is not the first (a pipeline may have several Jdbc sinks)."""
-    key = f"{context.get('jobId')}-{context.get('pipelineId')}-{context.get('readerIndex')}"
+    index when it is not the first (a pipeline may have several Jdbc sinks). The job is its
+    uuid: job ids restart in every engine database, and two clusters (or a cluster whose
+    database was made anew) writing to one target must not adopt or end each other's writers.
+    A job from before uuids keeps its id, and so the key its staged rows already carry."""
+    job = context.get("jobUuid") or context.get("jobId")
+    key = f"{job}-{context.get('pipelineId')}-{context.get('readerIndex')}"
     label = str(context.get("label", ""))
     if label.startswith("sink[") and not label.startswith("sink[0]"):
         key += f"-{label[5 : label.index(']')]}"
@@ -79,6 +83,7 @@ def fence_older_attempts(conn: psycopg.Connection, writer: str, attempt: int) ->
         """
         SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
          WHERE application_name LIKE 'keel-sink:%%' AND pid <> pg_backend_pid()
+           AND datname = current_database()
            AND split_part(application_name, ':', 3) = %s
            AND split_part(application_name, ':', 4) ~ '^[0-9]+$'
            AND split_part(application_name, ':', 4)::int < %s

@@ -2,7 +2,8 @@
 puts the rest on the control queue, where any worker's Celery pool runs them, under the epoch
 they were enqueued with.
 
-The ControlStep row is the intent. A step that is not DONE after ENQUEUE_TIMEOUT, or that was
+The ControlStep row is the intent. A step that is not DONE after engine.control-step.requeue-after
+(10 s), or that was
 enqueued under an older epoch, is enqueued again: a master or worker dying in the middle of a
 recovery never leaves the pipeline stuck, and running a step twice changes nothing.
 """
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import DatabaseError, InterfaceError
 from django.db.models import Q
 from django.utils import timezone
@@ -25,10 +27,14 @@ from engine.models import ControlStep
 from engine.states import ControlStepKind, ControlStepState
 
 log = logging.getLogger("keel.control")
-ENQUEUE_TIMEOUT = 10.0
 #: How long one pass of the active master runs due steps itself (a few restores); the rest of a
 #: storm's restores go to the control queue.
 INLINE_BUDGET = 0.25
+
+
+def requeue_after() -> float:
+    """Seconds after which a step enqueued and not DONE is enqueued again."""
+    return float(settings.ENGINE["control-step.requeue-after"])
 
 
 def enqueue_due_steps(epoch: int, on_recovery: Callable[[], object] = lambda: None) -> bool:
@@ -44,7 +50,7 @@ def enqueue_due_steps(epoch: int, on_recovery: Callable[[], object] = lambda: No
             .filter(state=ControlStepState.PENDING, due_at__lte=now)
             .filter(
                 Q(enqueued_at__isnull=True)
-                | Q(enqueued_at__lt=now - timedelta(seconds=ENQUEUE_TIMEOUT))
+                | Q(enqueued_at__lt=now - timedelta(seconds=requeue_after()))
                 | ~Q(epoch=epoch)
             )
             .order_by("due_at", "id")[:100]
@@ -60,7 +66,7 @@ def enqueue_due_steps(epoch: int, on_recovery: Callable[[], object] = lambda: No
             result = _run_here(step.id, epoch) if time.monotonic() < deadline else None
         except BaseException:
             # The master cannot go on (database, epoch): the workers run this step and the
-            # rest of those claimed, rather than waiting for ENQUEUE_TIMEOUT.
+            # rest of those claimed, rather than waiting to enqueue them again.
             for rest in due[position:]:
                 commands.run_control_step(rest.id, epoch)
             raise

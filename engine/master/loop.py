@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 
 import psycopg
+from django.conf import settings
 from django.db import DatabaseError, InterfaceError, close_old_connections, connections
 
 from engine import dirty, retention
@@ -65,9 +66,6 @@ class Timer:
 #: How often the active master looks for overdue cleanup records (a record is executed within
 #: about this long after it is due, whatever happened to its countdown).
 CLEANUP_SWEEP_INTERVAL = 1.0
-#: How long an attempt or episode is left to the normal recovery path before housekeeping
-#: reconciles it.
-HOUSEKEEPING_SETTLE = 10.0
 #: How often running jobs' throughput is sampled (the dashboard's sparklines).
 THROUGHPUT_SAMPLE_INTERVAL = 5.0
 
@@ -253,9 +251,9 @@ class Master:
 
     def housekeeping(self, epoch: int) -> bool:
         """Reconcile again (repairs what a contained failure left) and expire stale recovery
-        episodes. Only what has been left alone for HOUSEKEEPING_SETTLE: a recovery in flight
-        is the normal path's to finish."""
-        changed = orchestration.reconcile(epoch, HOUSEKEEPING_SETTLE)
+        episodes. Only what has been left alone for engine.housekeeping.settle: a recovery in
+        flight is the normal path's to finish."""
+        changed = orchestration.reconcile(epoch, float(settings.ENGINE["housekeeping.settle"]))
         return dirty.expire_stale_episodes(epoch) or changed > 0
 
     def run_once(self) -> bool:

@@ -142,6 +142,7 @@ def for_reader(thread, group, restored: int | None) -> tuple[ReaderCommits, dict
     )
     context = {
         "jobId": group.job_id,
+        "jobUuid": str(group.job.uuid) if group.job.uuid else None,
         "pipelineId": group.pipeline.index,
         "readerIndex": group.index,
         "attempt": thread.attempt,

@@ -19,7 +19,7 @@ from engine.states import (
 )
 
 from .cluster import Member, Slot
-from .fields import OrderedJSONField
+from .fields import OrderedJSONField, RandomUUID
 
 
 class Job(models.Model):
@@ -46,6 +46,10 @@ class Job(models.Model):
     #: Why a PENDING job is not scheduled yet ("needs 11 slots, the cluster has 8"); empty
     #: once it is, or while nothing holds it back.
     pending_reason = models.CharField(max_length=300, blank=True, default="")
+    #: Unique beyond this engine database (job ids restart in every cluster): names what the
+    #: job leaves in other systems, such as a Jdbc sink's staged rows and sessions. Jobs
+    #: submitted before it existed have none and keep the names they started with.
+    uuid = models.UUIDField(null=True, blank=True, db_default=RandomUUID(), editable=False)
 
     class Meta:
         ordering = ["-id"]
