@@ -15,6 +15,9 @@ def main(argv: list[str] | None = None) -> None:
 
     if not settings.configured:  # else a fork server or a control process chose already
         process.role = process.role_for(argv)
+        from devcluster.early import start_early
+
+        start_early(argv)  # `cluster up|start`: their processes start while Django sets up
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
     from django.db import InterfaceError, OperationalError

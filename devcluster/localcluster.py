@@ -17,99 +17,28 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
+from devcluster.early import started_early
 from devcluster.forkserver import comparable_env, read_answer
+from devcluster.processes import (
+    MANAGE,
+    ClusterError,
+    ClusterSpec,
+    ProcessFiles,
+    ProcessSpec,
+    process_env,
+    process_start_time,
+)
 from engine import roles
 from engine.models import MasterCandidate, Member
 from engine.queries import overview
-from engine.states import SlotMode
 
-MANAGE = str(Path(settings.BASE_DIR) / "manage.py")
-
-
-class ClusterError(Exception):
-    """A cluster command failed; the message is for the user, one line."""
-
-
-@dataclass
-class ProcessSpec:
-    name: str
-    argv: list[str]
-    kind: str  # web | master | worker
-
-
-@dataclass
-class ClusterSpec:
-    masters: int = 2
-    workers: int = 2
-    slots: int = 8
-    slot_mode: str = SlotMode.FIXED
-    heartbeat_timeout: float = 5.0
-    port: int = 8000
-    processes: list[ProcessSpec] = field(default_factory=list)
-
-    @classmethod
-    def build(
-        cls,
-        *,
-        masters: int,
-        workers: int,
-        slots: int,
-        slot_mode: str,
-        heartbeat_timeout: float,
-        port: int,
-    ) -> ClusterSpec:
-        spec = cls(masters, workers, slots, slot_mode, heartbeat_timeout, port)
-        py = sys.executable
-        spec.processes.append(ProcessSpec("web", [py, MANAGE, "web", "--port", str(port)], "web"))
-        for i in range(1, masters + 1):
-            spec.processes.append(
-                ProcessSpec(
-                    f"master-{i}",
-                    [
-                        py,
-                        MANAGE,
-                        "master",
-                        "--name",
-                        f"master-{i}",
-                        "--heartbeat-timeout",
-                        str(heartbeat_timeout),
-                    ],
-                    "master",
-                )
-            )
-        mode_flag = "--fixed-slots" if slot_mode == SlotMode.FIXED else "--dynamic-slots"
-        for i in range(1, workers + 1):
-            spec.processes.append(
-                ProcessSpec(
-                    f"worker-{i}",
-                    [
-                        py,
-                        MANAGE,
-                        "worker",
-                        "--name",
-                        f"worker-{i}",
-                        "--slots",
-                        str(slots),
-                        mode_flag,
-                    ],
-                    "worker",
-                )
-            )
-        return spec
-
-    def process(self, name: str) -> ProcessSpec:
-        for proc in self.processes:
-            if proc.name == name:
-                return proc
-        names = ", ".join(p.name for p in self.processes)
-        raise ClusterError(f"no process named {name!r} in this cluster (names: {names})")
+__all__ = ["ClusterError", "ClusterSpec", "LocalCluster", "ProcessSpec", "process_start_time"]
 
 
 class ForkServer:
@@ -181,90 +110,26 @@ class ForkServer:
 fork_server: ForkServer | None = None
 
 
-class LocalCluster:
+class LocalCluster(ProcessFiles):
     def __init__(self, directory: Path | None = None) -> None:
-        self.dir = Path(directory or Path(settings.VAR_DIR) / "cluster")
-
-    # -- files -------------------------------------------------------------------------------
-
-    @property
-    def spec_path(self) -> Path:
-        return self.dir / "cluster.json"
-
-    def pid_path(self, name: str) -> Path:
-        return self.dir / f"{name}.pid"
-
-    def log_path(self, name: str) -> Path:
-        return self.dir / f"{name}.log"
-
-    def load_spec(self) -> ClusterSpec:
-        try:
-            data = json.loads(self.spec_path.read_text())
-        except FileNotFoundError:
-            raise ClusterError("no cluster here: start one with `./run cluster up`") from None
-        procs = [ProcessSpec(**p) for p in data.pop("processes")]
-        return ClusterSpec(**data, processes=procs)
-
-    def save_spec(self, spec: ClusterSpec) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.spec_path.write_text(json.dumps(asdict(spec), indent=2))
-
-    def pid(self, name: str) -> int | None:
-        """The pid of a running process of ours, or None (a recycled pid is not ours)."""
-        try:
-            pid_text, *start = self.pid_path(name).read_text().split()
-            pid = int(pid_text)
-        except (FileNotFoundError, ValueError):
-            return None
-        if start and process_start_time(pid) not in (None, start[0]):
-            return None  # that pid now belongs to another process
-        return pid
-
-    @staticmethod
-    def pid_alive(pid: int | None) -> bool:
-        if not pid:
-            return False
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)  # reap our own child if it died
-        stat = _proc_stat(pid)
-        return stat is not None and stat[0] not in ("Z", "X")
-
-    def alive(self, name: str) -> bool:
-        return self.pid_alive(self.pid(name))
-
-    def status(self) -> list[dict]:
-        spec = self.load_spec()
-        return [
-            {"name": p.name, "kind": p.kind, "pid": self.pid(p.name), "alive": self.alive(p.name)}
-            for p in spec.processes
-        ]
+        super().__init__(directory or Path(settings.VAR_DIR) / "cluster")
 
     def spawn(self, proc: ProcessSpec) -> int:
+        early = started_early().get(proc.name)
+        if early is not None and self.pid(proc.name) == early and self.pid_alive(early):
+            return early  # this command's interpreter started it before Django was set up
         if self.alive(proc.name):
             raise ClusterError(f"{proc.name} is already running (pid {self.pid(proc.name)})")
-        env = dict(os.environ, KEEL_PROCESS_NAME=proc.name, PYTHONUNBUFFERED="1")
+        env = process_env(proc)
         env.setdefault("DATABASE_URL", settings.DATABASE_URL)
         env.setdefault("REDIS_URL", settings.REDIS_URL)
         env.setdefault("KEEL_VAR_DIR", str(settings.VAR_DIR))
         self.dir.mkdir(parents=True, exist_ok=True)
         pid = fork_server.spawn(proc, env, self.log_path(proc.name)) if fork_server else None
         if pid is None:
-            pid = self._start_fresh(proc, env)
-        self.pid_path(proc.name).write_text(f"{pid} {process_start_time(pid) or ''}")
+            return self.start_fresh(proc, env)
+        self.record_pid(proc.name, pid)
         return pid
-
-    def _start_fresh(self, proc: ProcessSpec, env: dict[str, str]) -> int:
-        with open(self.log_path(proc.name), "ab") as log:
-            child = subprocess.Popen(
-                proc.argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=settings.BASE_DIR,
-                start_new_session=True,
-            )
-        return child.pid
 
     def signal(self, name: str, signum: int) -> int:
         self.load_spec().process(name)
@@ -325,7 +190,7 @@ class LocalCluster:
                     f"cluster not ready after {timeout:.0f}s: waiting for "
                     f"{', '.join(waiting)} (logs in {self.dir})"
                 )
-            time.sleep(0.1)
+            time.sleep(0.05)
 
     def last_log_line(self, name: str) -> str:
         try:
@@ -337,8 +202,9 @@ class LocalCluster:
     # -- commands ----------------------------------------------------------------------------
 
     def up(self, spec: ClusterSpec, timeout: float = 90.0) -> None:
+        early = started_early()
         if self.spec_path.exists():
-            running = [p["name"] for p in self.status() if p["alive"]]
+            running = [p["name"] for p in self.status() if p["alive"] and p["name"] not in early]
             if running:
                 raise ClusterError(
                     f"a cluster is already running here ({', '.join(running)}): "
@@ -346,15 +212,17 @@ class LocalCluster:
                 )
         self.save_spec(spec)
         for proc in spec.processes:
-            self.pid_path(proc.name).unlink(missing_ok=True)
+            if proc.name not in early:
+                self.pid_path(proc.name).unlink(missing_ok=True)
         try:
             for proc in spec.processes:
                 self.spawn(proc)
+            # While they start: a new admin's password hash alone costs most of a second.
+            write_api_token(Path(settings.VAR_DIR))
             self.wait_ready(spec, [p.name for p in spec.processes], timeout)
         except BaseException:
             self.down()
             raise
-        write_api_token(Path(settings.VAR_DIR))
 
     def start(self, *names: str, timeout: float = 60.0) -> dict[str, int]:
         """Start the named processes together and wait until each is ready: their start-ups
@@ -384,21 +252,6 @@ class LocalCluster:
                     os.kill(pid, signal.SIGKILL)
                 self.wait_exit(proc.name, 5)
             self.pid_path(proc.name).unlink(missing_ok=True)
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (state first), or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    return stat.rsplit(")", 1)[1].split()
-
-
-def process_start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
-    fields = _proc_stat(pid)
-    return fields[19] if fields and len(fields) > 19 else None
 
 
 ADMIN_USERNAME = "admin"

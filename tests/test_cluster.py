@@ -151,6 +151,11 @@ def test_kill_worker_is_removed_within_one_second_and_restarts_as_new_member(hea
     )
     assert removed == [(str(sequence + 1),)]
 
+    # A name the cluster does not have: the command says so and starts nothing, not even
+    # the names it has (their processes would start before Django is set up otherwise).
+    proc = healthy.run("cluster", "start", "worker-1", "worker-9", check=False)
+    assert proc.returncode != 0 and "no process named 'worker-9'" in proc.stderr
+    assert not healthy.alive("worker-1")
     healthy.start("worker-1")
     new_uuid = healthy.one(
         "SELECT uuid FROM engine_member WHERE name = 'worker-1' AND state = 'ALIVE'"

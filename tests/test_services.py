@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.clusterkit import PYTHON, ROOT, RUN, free_port
+from tests.clusterkit import PYTHON, ROOT, RUN, free_port, pid_alive
 
 pytestmark = pytest.mark.cluster
 
@@ -61,3 +61,15 @@ def test_redis_unreachable(argv, tmp_path, db_template):
     url = f"postgres://127.0.0.1:5432/{db_template.clone()}"
     proc = run(argv, DATABASE_URL=url, REDIS_URL=DEAD_REDIS, KEEL_VAR_DIR=str(tmp_path))
     assert_one_clear_line(proc, "Redis", DEAD_REDIS)
+    # `cluster up` starts its processes before it can check the services: none outlives it.
+    assert not [p for p in left_running(tmp_path)], left_running(tmp_path)
+
+
+def left_running(var_dir) -> list[int]:
+    """Pids of a cluster's processes under ``var_dir`` that are still alive."""
+    pids = []
+    for path in (var_dir / "cluster").glob("*.pid"):
+        pid = int(path.read_text().split()[0])
+        if pid_alive(pid):
+            pids.append(pid)
+    return pids

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
 from devcluster.drain import drain_worker
+from devcluster.early import add_up_arguments, started_early
 from devcluster.localcluster import ClusterError, ClusterSpec, LocalCluster
-from engine.cli import add_slot_options
 from engine.services import require_services
 
 
@@ -22,17 +23,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
         up = sub.add_parser("up", help="start the cluster and wait until it is healthy")
-        up.add_argument("--masters", type=int, default=2)
-        up.add_argument("--workers", type=int, default=2)
-        add_slot_options(up)
-        up.add_argument("--heartbeat-timeout", type=float, default=5.0, metavar="SECONDS")
-        up.add_argument("--port", type=int, default=8000)
-        up.add_argument(
-            "--timeout",
-            type=float,
-            default=90.0,
-            help="seconds to wait for the cluster to become healthy",
-        )
+        add_up_arguments(up)
         sub.add_parser("status", help="JSON: each process's name, pid and whether it is alive")
         for action, text in (
             ("kill", "SIGKILL a process"),
@@ -76,7 +67,13 @@ class Command(BaseCommand):
                     raise CommandError(f"{opts['name']} (pid {pid}) did not stop within 30s")
                 self.stdout.write(f"stopped {opts['name']} (pid {pid})")
             elif action == "start":
-                require_services()
+                try:
+                    require_services()
+                except BaseException:
+                    for name in started_early():  # started before the check: stopped again
+                        with contextlib.suppress(ClusterError):
+                            cluster.signal(name, signal.SIGKILL)
+                    raise
                 for name, pid in cluster.start(*opts["name"]).items():
                     self.stdout.write(f"started {name} (pid {pid})")
             elif action == "drain":
@@ -107,7 +104,12 @@ class Command(BaseCommand):
             raise CommandError("--slots must be 0 or more")
         if opts["heartbeat_timeout"] <= 0:
             raise CommandError("--heartbeat-timeout must be positive")
-        require_services()
+        try:
+            require_services()
+        except BaseException:
+            if started_early():  # what started before the check goes again
+                cluster.down()
+            raise
         spec = ClusterSpec.build(
             masters=opts["masters"],
             workers=opts["workers"],

@@ -1,0 +1,176 @@
+"""The local cluster's files and processes, without Django: its shape (``cluster.json``), each
+process's pid file and log, and starting a process afresh.
+
+Kept free of Django so that ``./run cluster up`` and ``./run cluster start`` can start their
+processes before their own interpreter sets Django up (devcluster.early): the two start-ups
+overlap instead of adding up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MANAGE = str(ROOT / "manage.py")
+#: engine.states.SlotMode's values (that module needs Django's models).
+FIXED, DYNAMIC = "FIXED", "DYNAMIC"
+
+
+class ClusterError(Exception):
+    """A cluster command failed; the message is for the user, one line."""
+
+
+@dataclass
+class ProcessSpec:
+    name: str
+    argv: list[str]
+    kind: str  # web | master | worker
+
+
+@dataclass
+class ClusterSpec:
+    masters: int = 2
+    workers: int = 2
+    slots: int = 8
+    slot_mode: str = FIXED
+    heartbeat_timeout: float = 5.0
+    port: int = 8000
+    processes: list[ProcessSpec] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        masters: int,
+        workers: int,
+        slots: int,
+        slot_mode: str,
+        heartbeat_timeout: float,
+        port: int,
+    ) -> ClusterSpec:
+        spec = cls(masters, workers, slots, str(slot_mode), heartbeat_timeout, port)
+        py = sys.executable
+        spec.processes.append(ProcessSpec("web", [py, MANAGE, "web", "--port", str(port)], "web"))
+        for i in range(1, masters + 1):
+            name = f"master-{i}"
+            argv = [py, MANAGE, "master", "--name", name, "--heartbeat-timeout"]
+            spec.processes.append(ProcessSpec(name, [*argv, str(heartbeat_timeout)], "master"))
+        mode_flag = "--fixed-slots" if slot_mode == FIXED else "--dynamic-slots"
+        for i in range(1, workers + 1):
+            name = f"worker-{i}"
+            argv = [py, MANAGE, "worker", "--name", name, "--slots", str(slots), mode_flag]
+            spec.processes.append(ProcessSpec(name, argv, "worker"))
+        return spec
+
+    def process(self, name: str) -> ProcessSpec:
+        for proc in self.processes:
+            if proc.name == name:
+                return proc
+        names = ", ".join(p.name for p in self.processes)
+        raise ClusterError(f"no process named {name!r} in this cluster (names: {names})")
+
+
+class ProcessFiles:
+    """A cluster directory: the spec, and a pid file and a log per process."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = Path(directory)
+
+    @property
+    def spec_path(self) -> Path:
+        return self.dir / "cluster.json"
+
+    def pid_path(self, name: str) -> Path:
+        return self.dir / f"{name}.pid"
+
+    def log_path(self, name: str) -> Path:
+        return self.dir / f"{name}.log"
+
+    def load_spec(self) -> ClusterSpec:
+        try:
+            data = json.loads(self.spec_path.read_text())
+        except FileNotFoundError:
+            raise ClusterError("no cluster here: start one with `./run cluster up`") from None
+        procs = [ProcessSpec(**p) for p in data.pop("processes")]
+        return ClusterSpec(**data, processes=procs)
+
+    def save_spec(self, spec: ClusterSpec) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.spec_path.write_text(json.dumps(asdict(spec), indent=2))
+
+    def pid(self, name: str) -> int | None:
+        """The pid of a running process of ours, or None (a recycled pid is not ours)."""
+        try:
+            pid_text, *start = self.pid_path(name).read_text().split()
+            pid = int(pid_text)
+        except (FileNotFoundError, ValueError):
+            return None
+        if start and process_start_time(pid) not in (None, start[0]):
+            return None  # that pid now belongs to another process
+        return pid
+
+    @staticmethod
+    def pid_alive(pid: int | None) -> bool:
+        if not pid:
+            return False
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)  # reap our own child if it died
+        stat = _proc_stat(pid)
+        return stat is not None and stat[0] not in ("Z", "X")
+
+    def alive(self, name: str) -> bool:
+        return self.pid_alive(self.pid(name))
+
+    def status(self) -> list[dict]:
+        spec = self.load_spec()
+        return [
+            {"name": p.name, "kind": p.kind, "pid": self.pid(p.name), "alive": self.alive(p.name)}
+            for p in spec.processes
+        ]
+
+    def record_pid(self, name: str, pid: int) -> None:
+        self.pid_path(name).write_text(f"{pid} {process_start_time(pid) or ''}")
+
+    def start_fresh(self, proc: ProcessSpec, env: dict[str, str]) -> int:
+        """Start ``proc`` in a new session, its output appended to its log; record its pid."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path(proc.name), "ab") as log:
+            child = subprocess.Popen(
+                proc.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=ROOT,
+                start_new_session=True,
+            )
+        self.record_pid(proc.name, child.pid)
+        return child.pid
+
+
+def process_env(proc: ProcessSpec, base: dict[str, str] | None = None) -> dict[str, str]:
+    """A cluster process's environment: ours, with its name."""
+    return dict(
+        os.environ if base is None else base, KEEL_PROCESS_NAME=proc.name, PYTHONUNBUFFERED="1"
+    )
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return stat.rsplit(")", 1)[1].split()
+
+
+def process_start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
+    fields = _proc_stat(pid)
+    return fields[19] if fields and len(fields) > 19 else None
