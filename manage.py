@@ -25,7 +25,13 @@ def main(argv: list[str] | None = None) -> None:
     from redis.exceptions import ConnectionError as RedisConnectionError
 
     try:
-        execute_from_command_line(argv)
+        try:
+            execute_from_command_line(argv)
+        except BaseException:
+            from devcluster.early import abandon
+
+            abandon()  # what `cluster up|start` started before the command could take it over
+            raise
     except ImproperlyConfigured as exc:
         print(f"error: configuration: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -13,8 +13,10 @@ wrong as it always did.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 from pathlib import Path
 
 from devcluster.processes import ROOT, ClusterError, ClusterSpec, ProcessFiles, process_env
@@ -52,7 +54,7 @@ def start_early(argv: list[str]) -> None:
     """Start the processes of ``manage.py cluster up|start ...`` now, if it is one."""
     if argv[1:2] != ["cluster"] or len(argv) < 3 or any(a in ("-h", "--help") for a in argv):
         return
-    files = ProcessFiles(Path(os.environ.get("KEEL_VAR_DIR", ROOT / ".var")) / "cluster")
+    files = _files()
     try:
         if argv[2] == "up":
             procs = _up(files, argv[3:])
@@ -62,8 +64,42 @@ def start_early(argv: list[str]) -> None:
             return
     except (ClusterError, OSError, ValueError):
         return
-    started = {proc.name: files.start_fresh(proc, process_env(proc)) for proc in procs}
+    started: dict[str, int] = {}
+    try:
+        for proc in procs:
+            started[proc.name] = files.start_fresh(proc, process_env(proc))
+    except BaseException:
+        _stop(files, started)
+        raise
     os.environ[STARTED] = json.dumps(started)
+
+
+#: The names the command took over (``adopt``): from then on they are its to stop.
+_adopted: set[str] = set()
+
+
+def adopt(name: str) -> None:
+    _adopted.add(name)
+
+
+def abandon() -> None:
+    """The command ended before taking over what started early (Ctrl-C during set-up, a
+    setting it refused): stop those processes, which nobody would otherwise wait for."""
+    left = {name: pid for name, pid in started_early().items() if name not in _adopted}
+    if left:
+        _stop(_files(), left)
+
+
+def _files() -> ProcessFiles:
+    return ProcessFiles(Path(os.environ.get("KEEL_VAR_DIR", ROOT / ".var")) / "cluster")
+
+
+def _stop(files: ProcessFiles, started: dict[str, int]) -> None:
+    for name, pid in started.items():
+        if files.pid(name) == pid:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            files.pid_path(name).unlink(missing_ok=True)
 
 
 def _start(files: ProcessFiles, args: list[str]) -> list:

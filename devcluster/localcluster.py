@@ -23,7 +23,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from devcluster.early import started_early
+from devcluster.early import adopt, started_early
 from devcluster.forkserver import comparable_env, read_answer
 from devcluster.processes import (
     MANAGE,
@@ -117,7 +117,8 @@ class LocalCluster(ProcessFiles):
     def spawn(self, proc: ProcessSpec) -> int:
         early = started_early().get(proc.name)
         if early is not None and self.pid(proc.name) == early and self.pid_alive(early):
-            return early  # this command's interpreter started it before Django was set up
+            adopt(proc.name)  # this command's interpreter started it before Django was set up
+            return early
         if self.alive(proc.name):
             raise ClusterError(f"{proc.name} is already running (pid {self.pid(proc.name)})")
         env = process_env(proc)

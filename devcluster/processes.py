@@ -154,11 +154,12 @@ class ProcessFiles:
         return child.pid
 
 
-def process_env(proc: ProcessSpec, base: dict[str, str] | None = None) -> dict[str, str]:
-    """A cluster process's environment: ours, with its name."""
-    return dict(
-        os.environ if base is None else base, KEEL_PROCESS_NAME=proc.name, PYTHONUNBUFFERED="1"
-    )
+def process_env(proc: ProcessSpec) -> dict[str, str]:
+    """A cluster process's environment: ours, with its name (and not what a ``cluster``
+    command started early: devcluster.early)."""
+    env = dict(os.environ, KEEL_PROCESS_NAME=proc.name, PYTHONUNBUFFERED="1")
+    env.pop("KEEL_CLUSTER_STARTED_EARLY", None)
+    return env
 
 
 def _proc_stat(pid: int) -> list[str] | None:

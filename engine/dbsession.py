@@ -14,13 +14,24 @@ from typing import TypeVar
 
 import psycopg
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.db.backends.signals import connection_created
 
 log = logging.getLogger("keel.dbsession")
 T = TypeVar("T")
 #: What an unreachable database raises (Django's wrappers and psycopg's own).
 UNREACHABLE = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+#: Sessions PostgreSQL ended for sitting idle (in a transaction, or at all): psycopg files them
+#: under InternalError, Django then under its own; like an unreachable database, nothing of
+#: the transaction was committed and the connection is gone.
+_TIMED_OUT = (psycopg.errors.IdleInTransactionSessionTimeout, psycopg.errors.IdleSessionTimeout)
+
+
+def session_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says this request's database session is gone (unreachable, or ended by
+    the server): its transaction committed nothing, and the same work may be tried again."""
+    return isinstance(exc, UNREACHABLE) or isinstance(exc.__cause__ or exc, _TIMED_OUT)
+
 
 #: Server-side keepalives too: the *server* must notice a vanished client to free its locks.
 SERVER_KEEPALIVES = (
@@ -101,7 +112,9 @@ def ride_out(
     while True:
         try:
             return call()
-        except UNREACHABLE as exc:
+        except (*UNREACHABLE, DatabaseError, psycopg.DatabaseError) as exc:
+            if not session_lost(exc):
+                raise
             now = time.monotonic()
             if deadline is None:
                 deadline = now + (outage_tolerance() if tolerance is None else tolerance)

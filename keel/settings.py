@@ -121,12 +121,25 @@ def _secret_key() -> str:
     try:
         return path.read_text().strip()
     except FileNotFoundError:
+        pass
+    except OSError:
+        return secrets.token_urlsafe(50)
+    # Several processes of a new cluster may get here at once: the key is written whole to a
+    # file of this process's own, then linked into place; whoever links first wins, and the
+    # others read the winner's (never an empty file half-written).
+    try:
         VAR_DIR.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_urlsafe(50)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        mine = VAR_DIR / f".secret-key.{os.getpid()}"
+        fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
-            fh.write(key)
-        return key
+            fh.write(secrets.token_urlsafe(50))
+        try:
+            os.link(mine, path)
+        except FileExistsError:
+            pass
+        finally:
+            mine.unlink()
+        return path.read_text().strip()
     except OSError:
         return secrets.token_urlsafe(50)
 

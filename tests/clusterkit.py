@@ -29,6 +29,7 @@ import psycopg
 import redis
 
 from devcluster.forkserver import read_answer
+from devcluster.processes import ProcessFiles
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
@@ -261,14 +262,16 @@ class Cluster:
     # -- direct access -----------------------------------------------------------------------
 
     def pids(self) -> dict[str, int | None]:
-        out = {}
-        for path in (self.var_dir / "cluster").glob("*.pid"):
-            with contextlib.suppress(ValueError, FileNotFoundError):
-                out[path.stem] = int(path.read_text().split()[0])
-        return out
+        """Each process's pid, None for one whose pid file names a process that has ended
+        (its pid may be another's by now: another lane's, a database backend)."""
+        files = ProcessFiles(self.var_dir / "cluster")
+        return {path.stem: files.pid(path.stem) for path in files.dir.glob("*.pid")}
 
     def pid(self, name: str) -> int:
-        return self.pids()[name]
+        pid = self.pids()[name]
+        if pid is None:
+            raise ProcessLookupError(f"{name} is not running")
+        return pid
 
     def signal(self, name: str, signum: int) -> int:
         """Send ``signum``; a SIGKILL returns once the process is gone (the kernel takes a

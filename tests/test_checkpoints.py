@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import psycopg
 import pytest
 import redis
 from django.conf import settings
@@ -72,6 +73,34 @@ def test_completes_when_every_expected_attempt_acked(running_pipeline):
     )
     assert checkpoints.completed_since(groups[1].id, 1, checkpoint.id) is None  # committed
     assert checkpoints.completed_since(groups[1].id, 2, 0) is None  # another attempt
+
+
+def test_the_master_skips_a_pipeline_another_transaction_holds_instead_of_waiting(
+    running_pipeline,
+):
+    """A job's ending transaction saves one pipeline and then locks the job's pipelines in id
+    order; a master that waited for pipelines while holding others would deadlock with it.
+    It skips a held pipeline (its checkpoint ends next pass) and never waits."""
+    checkpoint = start(running_pipeline)
+    for group in TaskGroup.objects.filter(pipeline=running_pipeline):
+        assert checkpoints.acknowledge(checkpoint.id, group.id, 1, {})
+    db = connection.settings_dict
+    with psycopg.connect(
+        dbname=db["NAME"], host=db["HOST"] or None, port=db["PORT"] or None
+    ) as holder:
+        holder.execute(
+            "SELECT 1 FROM engine_pipeline WHERE id = %s FOR NO KEY UPDATE", (running_pipeline.id,)
+        )
+        with connection.cursor() as cur:
+            cur.execute("SET lock_timeout = '3s'")  # without the skip: a lock timeout
+        try:
+            assert checkpoints.complete_or_expire(EPOCH) == 0
+        finally:
+            with connection.cursor() as cur:
+                cur.execute("RESET lock_timeout")
+        assert Checkpoint.objects.get(id=checkpoint.id).state == "PENDING"
+    assert checkpoints.complete_or_expire(EPOCH) == 1
+    assert Checkpoint.objects.get(id=checkpoint.id).state == "COMPLETED"
 
 
 def test_times_out_after_checkpoint_timeout(running_pipeline):

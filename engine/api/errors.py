@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from django.db import InterfaceError, OperationalError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from engine.dbsession import session_lost
 
 
 def _flatten(detail, path: str = "") -> list[dict]:
@@ -26,9 +27,10 @@ def _flatten(detail, path: str = "") -> list[dict]:
 
 
 def exception_handler(exc, context):
-    if isinstance(exc, OperationalError | InterfaceError):
+    if session_lost(exc):
         # The database went away, or ended this request's session (a lock or transaction
-        # timeout): nothing was committed, and the same request may simply be sent again.
+        # timeout, an idle transaction): nothing was committed, and the same request may
+        # simply be sent again.
         return Response(
             {"detail": "the engine's database did not complete the request; retry it"},
             status=status.HTTP_503_SERVICE_UNAVAILABLE,

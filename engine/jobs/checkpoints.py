@@ -318,18 +318,21 @@ UPDATE engine_pipeline p
 def _end(epoch: int, verdicts: list[tuple[Checkpoint, str, str]]) -> list[tuple[Checkpoint, str]]:
     """End the checkpoints as judged; returns those this call ended, with their state.
 
-    Under their pipelines' row locks (taken in id order), the locks a restore takes: a
-    checkpoint completes only if its attempts are still the pipeline's (else it FAILS), so a
-    restore and the completion it races are ordered, and the checkpoint the restore rewinds to
-    is the newest completed one as its new readers find it."""
+    Under their pipelines' row locks, the locks a restore takes: a checkpoint completes only if
+    its attempts are still the pipeline's (else it FAILS), so a restore and the completion it
+    races are ordered, and the checkpoint the restore rewinds to is the newest completed one
+    as its new readers find it. A pipeline another transaction holds is skipped, its
+    checkpoints judged again next pass: the master never waits for a pipeline, so it cannot
+    deadlock with a job's transaction that saved one pipeline and locks the rest in order."""
     with fenced(epoch):
-        pipelines = sorted({c.pipeline_id for c, _, _ in verdicts})
-        list(
-            Pipeline.objects.select_for_update(no_key=True)
-            .filter(id__in=pipelines)
+        locked = set(
+            Pipeline.objects.select_for_update(no_key=True, skip_locked=True)
+            .filter(id__in={c.pipeline_id for c, _, _ in verdicts})
             .order_by("id")
             .values_list("id", flat=True)
         )
+        verdicts = [v for v in verdicts if v[0].pipeline_id in locked]
+        pipelines = sorted(locked)
         current: dict[int, set[tuple[str, int]]] = defaultdict(set)
         for pipeline_id, group_id, attempt in TaskGroup.objects.filter(
             pipeline_id__in=pipelines

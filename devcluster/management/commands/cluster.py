@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
 from devcluster.drain import drain_worker
-from devcluster.early import add_up_arguments, started_early
+from devcluster.early import add_up_arguments
 from devcluster.localcluster import ClusterError, ClusterSpec, LocalCluster
 from engine.services import require_services
 
@@ -67,13 +66,7 @@ class Command(BaseCommand):
                     raise CommandError(f"{opts['name']} (pid {pid}) did not stop within 30s")
                 self.stdout.write(f"stopped {opts['name']} (pid {pid})")
             elif action == "start":
-                try:
-                    require_services()
-                except BaseException:
-                    for name in started_early():  # started before the check: stopped again
-                        with contextlib.suppress(ClusterError):
-                            cluster.signal(name, signal.SIGKILL)
-                    raise
+                require_services()  # (what started early is stopped again: manage.py)
                 for name, pid in cluster.start(*opts["name"]).items():
                     self.stdout.write(f"started {name} (pid {pid})")
             elif action == "drain":
@@ -104,12 +97,7 @@ class Command(BaseCommand):
             raise CommandError("--slots must be 0 or more")
         if opts["heartbeat_timeout"] <= 0:
             raise CommandError("--heartbeat-timeout must be positive")
-        try:
-            require_services()
-        except BaseException:
-            if started_early():  # what started before the check goes again
-                cluster.down()
-            raise
+        require_services()  # (what started early is stopped again: manage.py)
         spec = ClusterSpec.build(
             masters=opts["masters"],
             workers=opts["workers"],
