@@ -8,6 +8,15 @@ def _role_groups(sender, using="default", **kwargs) -> None:
     ensure_groups()
 
 
+def _singletons(sender, using="default", **kwargs) -> None:
+    """The master lease and the cluster counters (one row each, made by a migration) exist
+    after every migrate or flush too: every query of the cluster's state joins them."""
+    from engine.models import ClusterState, MasterLease
+
+    MasterLease.objects.using(using).get_or_create(id=1)
+    ClusterState.objects.using(using).get_or_create(id=1)
+
+
 class EngineConfig(AppConfig):
     name = "engine"
     verbose_name = "Engine"
@@ -15,3 +24,4 @@ class EngineConfig(AppConfig):
     def ready(self) -> None:
         # After auth's own post_migrate handler made the permissions (a migrate, or a flush).
         post_migrate.connect(_role_groups, sender=self, dispatch_uid="keel-role-groups")
+        post_migrate.connect(_singletons, sender=self, dispatch_uid="keel-singletons")

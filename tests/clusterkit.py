@@ -40,22 +40,25 @@ T = TypeVar("T")
 
 #: This test process's lane when pytest-xdist runs lanes side by side (0 when it does not), and
 #: how many there are. Lanes share the machine's PostgreSQL (every database name carries the
-#: pid) and its Redis, whose 16 numbered databases are split between them.
+#: pid) and its Redis, whose 16 numbered databases are split between them: a lane's own for
+#: the test process (its number), a spare one (15 minus it), and a share of the rest for its
+#: clusters, each cluster the next of its share in turn.
 LANES = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 LANE = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")) % LANES
 MAX_LANES = 4
 assert LANES <= MAX_LANES, f"at most {MAX_LANES} test lanes share one Redis (-n {LANES} given)"
-_CLUSTER_DBS = 8 // max(LANES, 1)
+_SHARED = set(range(LANES)) | {15 - lane for lane in range(LANES)}
+_CLUSTER_DBS = [db for db in range(16) if db not in _SHARED][LANE::LANES]
 
 
 def lane_redis_url(use: str) -> str:
     """The Redis database of this lane for ``use``: "tests" (the test process's own
     channel layer and broker), "spare" (one web or demo started outside a cluster at a time)
-    or "cluster" (each cluster its own, in turn from the lane's share of 8-15)."""
+    or "cluster" (each cluster its own, in turn from the lane's share)."""
     if use == "tests":
         return f"{REDIS_BASE}/{LANE}"
     if use == "spare":
-        return f"{REDIS_BASE}/{7 - LANE}"
+        return f"{REDIS_BASE}/{15 - LANE}"
     return f"{REDIS_BASE}/{next(_redis_db)}"
 
 
@@ -130,7 +133,7 @@ class DatabaseTemplate:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-_redis_db = itertools.cycle(range(8 + LANE * _CLUSTER_DBS, 8 + (LANE + 1) * _CLUSTER_DBS))
+_redis_db = itertools.cycle(_CLUSTER_DBS)
 
 
 def _json_or_text(body: bytes) -> Any:
@@ -239,12 +242,18 @@ class Cluster:
         self.down()
 
     def down(self) -> None:
+        """The test is over: a ``fresh`` cluster goes down as a user takes it down (``./run
+        cluster down``: workers leave, masters hand over); the kit's own clusters are killed
+        at once, each process with its session (a graceful leave costs seconds a cluster, and
+        the tests of leaving do it themselves). Nothing of ours outlives the test."""
         pids = self.pids()
-        with contextlib.suppress(Exception):
-            self.run("cluster", "down", check=False, timeout=60)
-        # Belt and braces: nothing of ours may outlive the test session.
+        if self.fresh:
+            with contextlib.suppress(Exception):
+                self.run("cluster", "down", check=False, timeout=60)
         for pid in pids.values():
             if pid and pid_alive(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)  # each is its session's leader (setsid)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         if self._control is not None:

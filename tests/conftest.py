@@ -34,6 +34,42 @@ def _stop_event_relay():
     relay.stop()
 
 
+def pytest_configure(config):
+    from tests import lanes
+
+    lanes.register(config)
+    _flush_by_delete()
+
+
+def _flush_by_delete() -> None:
+    """A transactional test ends with Django's flush: one TRUNCATE of every table, a quarter
+    of a second on PostgreSQL (a new file for each table and index), then the post-migrate
+    handlers re-making content types and permissions. The tables of a test hold a few rows:
+    DELETE them, in one transaction whose foreign keys (deferrable, as Django makes them) are
+    checked at the end, and keep the content types and permissions, which no test changes.
+    Sequences are not reset, as with the TRUNCATE. A reset asked for still truncates."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncate = DatabaseOperations.sql_flush
+    kept = {"django_content_type", "auth_permission"}
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences or not tables:
+            return truncate(
+                self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+            )
+        deletes = [f"DELETE FROM {self.quote_name(t)};" for t in tables if t not in kept]
+        return ["SET CONSTRAINTS ALL DEFERRED;", *deletes]
+
+    DatabaseOperations.sql_flush = sql_flush
+
+
+def pytest_collection_modifyitems(config, items):
+    from tests import lanes
+
+    lanes.longest_first(items)
+
+
 @pytest.fixture(autouse=True)
 def _keels_celery_app_stays_current():
     """A test that makes a Celery app of its own must not leave it this thread's current app:

@@ -87,16 +87,17 @@ def test_the_restore_starts_from_the_checkpoint_its_new_readers_commit(engine):
         )
         restore = in_thread(engine.restore_due, outcome, "restore")
         wait_for(lambda: waiting() >= 1, 5, interval=0.002, what="the restore to queue")
-        complete = in_thread(lambda: checkpoints.complete_or_expire(engine.epoch), outcome, "end")
-        wait_for(lambda: waiting() >= 2, 5, interval=0.002, what="the master to queue")
+        # The master does not queue behind a pipeline another transaction holds: it leaves
+        # its checkpoints to the next pass (it could deadlock with a job's ending otherwise).
+        assert checkpoints.complete_or_expire(engine.epoch) == 0
+        assert Checkpoint.objects.get(id=racing.id).state == "PENDING"
         holder.rollback()
         restore.join(10)
-        complete.join(10)
     finally:
         holder.close()
         admin.close()
     assert outcome["restore"] == ["restored"], outcome
-    assert outcome["end"] == 1, outcome
+    assert checkpoints.complete_or_expire(engine.epoch) == 1  # the master's next pass
     restored_from = (
         EngineEvent.objects.filter(job_id=job.id, kind="pipeline.restore")
         .order_by("-seq")
