@@ -15,22 +15,25 @@ def main(argv: list[str] | None = None) -> None:
 
     if not settings.configured:  # else a fork server or a control process chose already
         process.role = process.role_for(argv)
-        from devcluster.early import start_early
+    try:
+        if argv[1:2] == ["cluster"] and not settings.configured:
+            from devcluster.early import start_early
 
-        start_early(argv)  # `cluster up|start`: their processes start while Django sets up
-    from django.core.exceptions import ImproperlyConfigured
-    from django.core.management import execute_from_command_line
-    from django.db import InterfaceError, OperationalError
-    from kombu.exceptions import OperationalError as BrokerError
-    from redis.exceptions import ConnectionError as RedisConnectionError
+            start_early(argv)  # `cluster up|start`: their processes start while Django does
+        from django.core.exceptions import ImproperlyConfigured
+        from django.core.management import execute_from_command_line
+        from django.db import InterfaceError, OperationalError
+        from kombu.exceptions import OperationalError as BrokerError
+        from redis.exceptions import ConnectionError as RedisConnectionError
+    except BaseException:
+        _abandon_early()  # (Ctrl-C before the command could take them over)
+        raise
 
     try:
         try:
             execute_from_command_line(argv)
         except BaseException:
-            from devcluster.early import abandon
-
-            abandon()  # what `cluster up|start` started before the command could take it over
+            _abandon_early()
             raise
     except ImproperlyConfigured as exc:
         print(f"error: configuration: {exc}", file=sys.stderr)
@@ -46,6 +49,15 @@ def main(argv: list[str] | None = None) -> None:
 
         print(redis_error_line(settings.REDIS_URL, exc), file=sys.stderr)
         sys.exit(EXIT_SERVICE_DOWN)
+
+
+def _abandon_early() -> None:
+    """Stop what ``cluster up|start`` started before Django, if the command never took it over
+    (devcluster.early)."""
+    if "KEEL_CLUSTER_STARTED_EARLY" in os.environ:
+        from devcluster.early import abandon
+
+        abandon()
 
 
 if __name__ == "__main__":

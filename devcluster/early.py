@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 from devcluster.processes import ROOT, ClusterError, ClusterSpec, ProcessFiles, process_env
@@ -95,11 +96,18 @@ def _files() -> ProcessFiles:
 
 
 def _stop(files: ProcessFiles, started: dict[str, int]) -> None:
+    """SIGKILL what we started and wait (briefly) until it is gone: nothing of a command that
+    failed outlives it."""
+    killed = []
     for name, pid in started.items():
         if files.pid(name) == pid:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
             files.pid_path(name).unlink(missing_ok=True)
+    deadline = time.monotonic() + 5
+    while any(files.pid_alive(pid) for pid in killed) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _start(files: ProcessFiles, args: list[str]) -> list:

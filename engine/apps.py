@@ -8,13 +8,18 @@ def _role_groups(sender, using="default", **kwargs) -> None:
     ensure_groups()
 
 
-def _singletons(sender, using="default", **kwargs) -> None:
+def _singletons(sender, using="default", apps=None, **kwargs) -> None:
     """The master lease and the cluster counters (one row each, made by a migration) exist
-    after every migrate or flush too: every query of the cluster's state joins them."""
-    from engine.models import ClusterState, MasterLease
-
-    MasterLease.objects.using(using).get_or_create(id=1)
-    ClusterState.objects.using(using).get_or_create(id=1)
+    after every migrate or flush too: every query of the cluster's state joins them. With the
+    models as the migration left them (a migrate backwards may leave fewer columns, or none)."""
+    if apps is None:
+        return
+    try:
+        lease, counters = (apps.get_model("engine", n) for n in ("MasterLease", "ClusterState"))
+    except LookupError:
+        return  # the engine's tables are gone (migrated to zero)
+    lease.objects.using(using).get_or_create(id=1)
+    counters.objects.using(using).get_or_create(id=1)
 
 
 class EngineConfig(AppConfig):

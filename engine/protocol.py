@@ -11,13 +11,18 @@ import os
 
 #: 2: dirty-job (recovery-degraded) tracking (engine.dirty).
 #: 3: commands to a member batched in one message (TASK_MEMBER_COMMANDS).
-CURRENT_PROTOCOL_VERSION = 3
+#: 4: a sink's writer is named after its job's uuid (engine.connectors.jdbc_writers).
+CURRENT_PROTOCOL_VERSION = 4
 
 #: The first protocol version whose members all take part in dirty-job tracking.
 DIRTY_TRACKING_SINCE = 2
 
 #: The first protocol version whose members take commands batched in one message.
 COMMAND_BATCHES_SINCE = 3
+
+#: The first protocol version whose members name a job's sink writers after its uuid (an older
+#: member names them after the job id: the two would not find each other's staged rows).
+WRITER_UUID_SINCE = 4
 
 PROTOCOL_VERSION = int(os.environ.get("KEEL_PROTOCOL_VERSION", CURRENT_PROTOCOL_VERSION))
 

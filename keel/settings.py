@@ -49,6 +49,15 @@ def _seconds(name: str, default: str) -> float:
     return _duration(name, os.environ.get(name, default))
 
 
+def _at_least(name: str, default: str, minimum: float) -> float:
+    """A duration from the environment, refused at startup below ``minimum`` seconds (zero
+    would re-run a recovery step on every pass, or reconcile one still in flight)."""
+    value = _seconds(name, default)
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}: {value:g}s is below the minimum of {minimum:g}s")
+    return value
+
+
 def _count(name: str, default: str, minimum: int = 0) -> int:
     """A whole number from the environment, refused at startup if it is not one or is below
     ``minimum`` (a negative history size, say, would silently keep nothing)."""
@@ -387,8 +396,8 @@ ENGINE = {
     # Recovery's durable intents (engine.master.control): a control step not DONE this long
     # after it was enqueued is enqueued again (its message or its runner was lost); the
     # master's housekeeping reconciles only attempts and episodes left alone this long.
-    "control-step.requeue-after": _seconds("KEEL_CONTROL_STEP_REQUEUE_AFTER", "10s"),
-    "housekeeping.settle": _seconds("KEEL_HOUSEKEEPING_SETTLE", "10s"),
+    "control-step.requeue-after": _at_least("KEEL_CONTROL_STEP_REQUEUE_AFTER", "10s", 0.5),
+    "housekeeping.settle": _at_least("KEEL_HOUSEKEEPING_SETTLE", "10s", 0.5),
     "history.retention": _duration(
         "KEEL_HISTORY_RETENTION", os.environ.get("KEEL_HISTORY_RETENTION", "7d")
     ),

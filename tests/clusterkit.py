@@ -45,7 +45,7 @@ T = TypeVar("T")
 #: clusters, each cluster the next of its share in turn.
 LANES = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 LANE = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")) % LANES
-MAX_LANES = 4
+MAX_LANES = 3  # each then has 3 databases for its clusters at least (a module's and a test's)
 assert LANES <= MAX_LANES, f"at most {MAX_LANES} test lanes share one Redis (-n {LANES} given)"
 _SHARED = set(range(LANES)) | {15 - lane for lane in range(LANES)}
 _CLUSTER_DBS = [db for db in range(16) if db not in _SHARED][LANE::LANES]

@@ -4,7 +4,8 @@ lane (its cluster fixture is the module's); only the order of modules changes, w
 checks that none depends on another having run before it.
 
 ``KEEL_TEST_DURATIONS=write ./run test`` measures each module (setup, call and teardown of its
-tests) and rewrites durations.json; a module it does not name counts as ``UNKNOWN`` seconds.
+tests) and rewrites durations.json (a partial run updates only the modules it ran); a module
+the file does not name counts as ``UNKNOWN`` seconds.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 DURATIONS = Path(__file__).with_name("durations.json")
-UNKNOWN = 5.0
+UNKNOWN = 1.0
 
 
 def _module(nodeid: str) -> str:
@@ -53,10 +54,13 @@ class Recorder:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if hasattr(session.config, "workerinput"):
             return  # a lane: the controller sees every lane's reports
-        ranked = sorted(self.seconds.items(), key=lambda kv: -kv[1])
-        DURATIONS.write_text(
-            json.dumps({m: round(s, 1) for m, s in ranked if s >= 1.0}, indent=1) + "\n"
-        )
+        try:
+            known = json.loads(DURATIONS.read_text())
+        except (OSError, ValueError):
+            known = {}
+        known.update(self.seconds)  # a partial run keeps the other modules' numbers
+        ranked = sorted(known.items(), key=lambda kv: -kv[1])
+        DURATIONS.write_text(json.dumps({m: round(s, 1) for m, s in ranked}, indent=1) + "\n")
 
 
 def register(config: pytest.Config) -> None:

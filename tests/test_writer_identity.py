@@ -105,21 +105,31 @@ def test_a_fence_ends_older_attempts_in_its_own_database_only(data_db):
             conn.execute(f'DROP DATABASE IF EXISTS "{other_db}" WITH (FORCE)')
 
 
-@pytest.mark.django_db
-def test_every_job_gets_a_uuid_of_its_own_even_from_plain_sql():
-    from django.db import connection
+SUBMIT = "env { job.mode = BATCH }\nsource { FakeSource { } }\nsink { Blackhole { } }"
 
-    from engine.models import Job
 
-    made = Job.objects.create(
-        name="a", status="PENDING", mode="BATCH", config_text="", slots_needed=1
-    )
-    with connection.cursor() as cur:
-        cur.execute(
-            "INSERT INTO engine_job (name, status, mode, config_text, env, slots_needed,"
-            " error_msg, dirty_threshold, pending_reason)"
-            " VALUES ('b', 'PENDING', 'BATCH', '', '{}', 1, '', -1, '') RETURNING id"
-        )
-        inserted = cur.fetchone()[0]
-    uuids = set(Job.objects.filter(id__in=[made.id, inserted]).values_list("uuid", flat=True))
-    assert len(uuids) == 2 and None not in uuids
+@pytest.mark.django_db(transaction=True)
+def test_a_job_gets_a_uuid_only_while_every_member_names_writers_so():
+    """A member of an older protocol names a job's writers after its id: while one is alive,
+    a new job gets no uuid (its writers keep its id's names on every member), and such a
+    member may not join while a job with a uuid runs."""
+    from engine.cluster.membership import MemberRefused, register_member
+    from engine.jobs.submission import submit_job
+    from engine.protocol import WRITER_UUID_SINCE
+
+    current = register_member("w-new", 4, "FIXED")
+    try:
+        first, second = submit_job(SUBMIT), submit_job(SUBMIT)
+        assert first.uuid and second.uuid and first.uuid != second.uuid
+        with pytest.raises(MemberRefused, match="upgrade this worker"):
+            register_member("w-old", 4, "FIXED", protocol_version=WRITER_UUID_SINCE - 1)
+        from engine.models import Job
+
+        Job.objects.filter(id__in=[first.id, second.id]).update(status="CANCELED")
+        older = register_member("w-old", 4, "FIXED", protocol_version=WRITER_UUID_SINCE - 1)
+        try:
+            assert submit_job(SUBMIT).uuid is None
+        finally:
+            older.close()
+    finally:
+        current.close()

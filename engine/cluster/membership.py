@@ -25,7 +25,7 @@ from django.db import connection, transaction
 from engine import dirty
 from engine import events as builders
 from engine.cluster.slots import create_fixed_slots
-from engine.cluster.versions import tracking_refusal
+from engine.cluster.versions import tracking_refusal, writer_refusal
 from engine.connectors.jdbc_writers import member_sink_sessions
 from engine.dbsession import connect_dedicated, django_application_name
 from engine.fencing import fenced
@@ -232,6 +232,7 @@ def _refuse_if_tracking(conn: psycopg.Connection, name: str, protocol_version: i
     """Under the gate a tracking-enabled job's submission takes too (engine.cluster.versions)."""
     with conn.cursor() as cur:
         message = tracking_refusal(cur, f"member {name}", protocol_version, "join", "worker")
+        message = message or writer_refusal(cur, f"member {name}", protocol_version)
     if message:
         log.error("registration refused: %s", message)
         raise MemberRefused(message)

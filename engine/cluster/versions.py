@@ -7,7 +7,7 @@ check under the gate a tracked job's submission takes, so of the two one always 
 from __future__ import annotations
 
 from engine.locks import DIRTY_VERSION_GATE
-from engine.protocol import DIRTY_TRACKING_SINCE
+from engine.protocol import DIRTY_TRACKING_SINCE, WRITER_UUID_SINCE
 from engine.states import JOB_TERMINAL
 
 
@@ -30,4 +30,26 @@ def tracking_refusal(cur, who: str, protocol_version: int, action: str, upgrade:
         f"{who} runs protocol {protocol_version} and cannot {action} while jobs that track "
         f"their recovery run (jobs {', '.join(map(str, running))}): they need protocol "
         f"{DIRTY_TRACKING_SINCE} on every member; upgrade this {upgrade}"
+    )
+
+
+def writer_refusal(cur, who: str, protocol_version: int) -> str:
+    """Inside the caller's transaction, under the gate: why member ``who`` may not join now
+    (``""`` if it may): a member older than WRITER_UUID_SINCE names a job's sink writers after
+    its id, so it may not join while a job whose writers are named after its uuid runs."""
+    if protocol_version >= WRITER_UUID_SINCE:
+        return ""
+    cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", DIRTY_VERSION_GATE)
+    cur.execute(
+        "SELECT id FROM engine_job WHERE uuid IS NOT NULL AND status <> ALL(%s)"
+        " ORDER BY id LIMIT 5",
+        (sorted(JOB_TERMINAL),),
+    )
+    running = [row[0] for row in cur.fetchall()]
+    if not running:
+        return ""
+    return (
+        f"{who} runs protocol {protocol_version} and cannot join while jobs whose sinks name "
+        f"their writers after the job's uuid run (jobs {', '.join(map(str, running))}): they "
+        f"need protocol {WRITER_UUID_SINCE} on every member; upgrade this worker"
     )

@@ -5,6 +5,8 @@ Views and commands validate and call this; it appends its EngineEvent in the sam
 
 from __future__ import annotations
 
+import uuid as uuidlib
+
 from django.conf import settings
 from django.db import connection, transaction
 
@@ -17,7 +19,7 @@ from engine.jobs.planner import JobPlan, connects, plan_job
 from engine.jobs.scheduler import never_fits
 from engine.locks import DIRTY_VERSION_GATE
 from engine.models import Job, Member, Pipeline, TaskGroup
-from engine.protocol import CONTROL_QUEUE, DIRTY_TRACKING_SINCE, TASK_PLAN_JOB
+from engine.protocol import CONTROL_QUEUE, DIRTY_TRACKING_SINCE, TASK_PLAN_JOB, WRITER_UUID_SINCE
 from engine.redaction import redact_config
 from engine.states import (
     JobStatus,
@@ -92,13 +94,14 @@ def create_job(plan: JobPlan, config_text: str, submitted_by=None) -> Job:
     _check_pending_parts_reachable(plan)
     _check_fits(plan)
     with transaction.atomic():
+        # Under the gate an older member's registration takes too: it either committed
+        # before (and is seen here) or waits for this job (and is refused).
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", DIRTY_VERSION_GATE)
         if tracked:
-            # Under the gate an older member's registration takes too: it either committed
-            # before (and is seen here) or waits for this job (and is refused).
-            with connection.cursor() as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", DIRTY_VERSION_GATE)
             _check_dirty_tracking_supported()
         job = Job.objects.create(
+            uuid=_writer_uuid(),
             name=plan.name,
             status=JobStatus.PENDING,
             mode=plan.mode,
@@ -145,6 +148,15 @@ def _check_fits(plan: JobPlan) -> None:
                 }
             ]
         )
+
+
+def _writer_uuid() -> uuidlib.UUID | None:
+    """The job's uuid, which names its sink writers, when every alive member names writers so;
+    none while an older member is alive (it would name them after the job id, and a restore
+    between the two would not find what the other staged), and such a job keeps its id's
+    names for good."""
+    older = Member.objects.alive().filter(protocol_version__lt=WRITER_UUID_SINCE).exists()
+    return None if older else uuidlib.uuid4()
 
 
 def _check_dirty_tracking_supported() -> None:

@@ -6,8 +6,7 @@ from django.db import migrations, models
 
 def let_ended_task_groups_go(apps, schema_editor):
     """Where each task group ran is kept in last_slot; an ended one names its slot no more
-    (it was freed when it ended), and a slot is ASSIGNED exactly when a live one names it.
-    Two live task groups on one slot cannot be settled here."""
+    (it was freed when it ended). Two live task groups on one slot cannot be settled here."""
     with schema_editor.connection.cursor() as cur:
         cur.execute("UPDATE engine_taskgroup SET last_slot_id = slot_id WHERE slot_id IS NOT NULL")
         cur.execute(
@@ -23,17 +22,6 @@ def let_ended_task_groups_go(apps, schema_editor):
         listed = "; ".join(f"slot {slot}: task groups {groups}" for slot, groups in shared)
         raise RuntimeError(
             f"live task groups share a slot ({listed}): cancel their jobs, then migrate again"
-        )
-    # The slot table says what the live task groups hold (the earlier cleanup could free a
-    # slot under a live group, or leave one ASSIGNED with nobody on it).
-    with schema_editor.connection.cursor() as cur:
-        cur.execute(
-            "UPDATE engine_slot SET state = 'ASSIGNED' WHERE state <> 'ASSIGNED' AND id IN"
-            " (SELECT slot_id FROM engine_taskgroup WHERE slot_id IS NOT NULL)"
-        )
-        cur.execute(
-            "UPDATE engine_slot s SET state = 'FREE' WHERE s.state = 'ASSIGNED' AND NOT EXISTS"
-            " (SELECT 1 FROM engine_taskgroup t WHERE t.slot_id = s.id)"
         )
 
 

@@ -1,9 +1,7 @@
-"""Job.uuid: jobs submitted from now on get one (a column default, so plain INSERTs too); jobs
-submitted before keep none, so what they named in other systems keeps its name."""
+"""Job.uuid: what names a job's writers in other systems once every member can use it (jobs
+from before have none and keep the names of their ids)."""
 
 from django.db import migrations, models
-
-import engine.models.fields
 
 
 class Migration(migrations.Migration):
@@ -14,15 +12,5 @@ class Migration(migrations.Migration):
             model_name="job",
             name="uuid",
             field=models.UUIDField(blank=True, editable=False, null=True),
-        ),
-        migrations.AlterField(
-            model_name="job",
-            name="uuid",
-            field=models.UUIDField(
-                blank=True,
-                db_default=engine.models.fields.RandomUUID(),
-                editable=False,
-                null=True,
-            ),
         ),
     ]

@@ -22,12 +22,3 @@ class OrderedJSONField(models.TextField):
 
     def get_prep_value(self, value):
         return None if value is None else json.dumps(value)
-
-
-class RandomUUID(models.Func):
-    """PostgreSQL's ``gen_random_uuid()``: a column default that rows inserted by plain SQL
-    get too."""
-
-    function = "gen_random_uuid"
-    template = "%(function)s()"
-    output_field = models.UUIDField()

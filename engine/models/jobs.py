@@ -19,7 +19,7 @@ from engine.states import (
 )
 
 from .cluster import Member, Slot
-from .fields import OrderedJSONField, RandomUUID
+from .fields import OrderedJSONField
 
 
 class Job(models.Model):
@@ -47,9 +47,10 @@ class Job(models.Model):
     #: once it is, or while nothing holds it back.
     pending_reason = models.CharField(max_length=300, blank=True, default="")
     #: Unique beyond this engine database (job ids restart in every cluster): names what the
-    #: job leaves in other systems, such as a Jdbc sink's staged rows and sessions. Jobs
-    #: submitted before it existed have none and keep the names they started with.
-    uuid = models.UUIDField(null=True, blank=True, db_default=RandomUUID(), editable=False)
+    #: job leaves in other systems, such as a Jdbc sink's staged rows and sessions. Given only
+    #: when every alive member can use it (engine.jobs.submission); a job without one keeps
+    #: the names of its id, which every member agrees on.
+    uuid = models.UUIDField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["-id"]

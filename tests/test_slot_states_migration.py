@@ -1,4 +1,4 @@
-"""Migration 0018 on real PostgreSQL: after it, a slot is ASSIGNED exactly when a live task
+"""Migration 0023 on real PostgreSQL: after it, a slot is ASSIGNED exactly when a live task
 group names it (the earlier cleanup could free a slot under a live group, whose slot the
 scheduler would then give to a second group, or leave one ASSIGNED with nobody on it)."""
 
@@ -15,7 +15,7 @@ from engine.models import Slot, TaskGroup
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-migration = importlib.import_module("engine.migrations.0018_slot_ownership")
+migration = importlib.import_module("engine.migrations.0023_slot_states_follow_task_groups")
 
 
 def test_slot_states_follow_the_live_task_groups(engine):
@@ -29,9 +29,9 @@ def test_slot_states_follow_the_live_task_groups(engine):
     Slot.objects.filter(id=lost_under_a_live_group).update(state="FREE")
     Slot.objects.filter(id=nobody_on_it).update(state="ASSIGNED")
 
-    migration.let_ended_task_groups_go(apps, SimpleNamespace(connection=connection))
+    migration.mend(apps, SimpleNamespace(connection=connection))
 
     states = dict(Slot.objects.filter(member=member).values_list("id", "state"))
     assert {slot for slot, state in states.items() if state == "ASSIGNED"} == held
-    migration.let_ended_task_groups_go(apps, SimpleNamespace(connection=connection))
+    migration.mend(apps, SimpleNamespace(connection=connection))
     assert dict(Slot.objects.filter(member=member).values_list("id", "state")) == states
