@@ -12,8 +12,8 @@ def _singletons(sender, using="default", apps=None, **kwargs) -> None:
     """The master lease and the cluster counters (one row each, made by a migration) exist
     after every migrate or flush too: every query of the cluster's state joins them. With the
     models as the migration left them (a migrate backwards may leave fewer columns, or none)."""
-    if apps is None:
-        return
+    if apps is None:  # a flush sends none: the current models
+        from django.apps import apps
     try:
         lease, counters = (apps.get_model("engine", n) for n in ("MasterLease", "ClusterState"))
     except LookupError:
