@@ -153,3 +153,14 @@ env { job.mode = STREAMING, parallelism = 2, checkpoint.interval = 500,
 source { FakeSource { split.num = 2, rows.per-second = 200 } }
 sink { Blackhole { } }
 """
+
+
+def session_alive(conn) -> bool:
+    """Whether a PostgreSQL session still answers (a fence or the server may have ended it)."""
+    import psycopg
+
+    try:
+        conn.execute("SELECT 1")
+        return True
+    except (psycopg.OperationalError, psycopg.InterfaceError):
+        return False

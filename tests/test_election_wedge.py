@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import psycopg
 import pytest
 from django.utils import timezone
 
@@ -16,16 +15,9 @@ from engine.dbsession import connect_dedicated, django_application_name
 from engine.locks import LEADERSHIP
 from engine.models import ClusterState, MasterLease
 from tests.clusterkit import wait_for
+from tests.faultkit import session_alive
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def alive(conn: psycopg.Connection) -> bool:
-    try:
-        conn.execute("SELECT 1")
-        return True
-    except psycopg.Error:
-        return False
 
 
 def test_a_candidate_frozen_before_its_takeover_is_ended_and_the_next_one_leads():
@@ -47,11 +39,11 @@ def test_a_candidate_frozen_before_its_takeover_is_ended_and_the_next_one_leads(
     try:
         # At first the ghost may just be committing its takeover: left alone.
         assert not standby.campaign()
-        assert alive(ghost_lock)
+        assert session_alive(ghost_lock)
         wait_for(standby.campaign, 5, interval=0.05, what="the standby to lead")
         assert standby.epoch == 5
         assert MasterLease.objects.get(id=1).holder == "standby"
-        assert not alive(ghost_lock) and not alive(ghost_django)
+        assert not session_alive(ghost_lock) and not session_alive(ghost_django)
     finally:
         standby.step_down()
         ghost_lock.close()

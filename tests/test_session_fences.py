@@ -18,6 +18,7 @@ from engine.connectors.jdbc_writers import (
 )
 from engine.models import ClusterState, MasterLease, Member
 from tests.clusterkit import admin_conn, wait_for
+from tests.faultkit import session_alive
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,14 +41,6 @@ def session(name: str, user: str | None = None) -> psycopg.Connection:
     )
 
 
-def alive(conn: psycopg.Connection) -> bool:
-    try:
-        conn.execute("SELECT 1")
-        return True
-    except psycopg.OperationalError:
-        return False
-
-
 def test_a_long_writer_key_still_names_a_session_the_next_attempt_ends():
     member = "0b0e9ac4-5b0c-4a5e-9a55-7f1f9d0d4c01"
     context = {
@@ -67,8 +60,8 @@ def test_a_long_writer_key_still_names_a_session_the_next_attempt_ends():
         ).fetchone()[0]
         assert stored == names[0]  # not truncated
         fence_older_attempts(new, writer, 2)
-        wait_for(lambda: not alive(old), 10, what="the older attempt's session to end")
-        assert alive(new)
+        wait_for(lambda: not session_alive(old), 10, what="the older attempt's session to end")
+        assert session_alive(new)
         assert new.execute(
             "SELECT %s LIKE %s", (names[1], member_sink_sessions(member))
         ).fetchone()[0]
@@ -98,8 +91,8 @@ def test_a_session_the_engine_may_not_end_spares_none_of_the_others():
         finally:
             with connection.cursor() as cur:
                 cur.execute("RESET ROLE")
-        wait_for(lambda: not alive(own), 10, what="the engine's own sink session to end")
-        assert alive(foreign)
+        wait_for(lambda: not session_alive(own), 10, what="the engine's own sink session to end")
+        assert session_alive(foreign)
     finally:
         foreign.close()
         own.close()

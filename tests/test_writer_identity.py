@@ -18,20 +18,13 @@ from engine.connectors.jdbc_writers import (
 )
 from engine.connectors.schema import Schema
 from tests.clusterkit import SERVER_URL, admin_conn, wait_for
+from tests.faultkit import session_alive
 from tests.test_jobs_cluster import data_db
 
 __all__ = ["data_db"]
 
 MEMBER = "0b0e9ac4-5b0c-4a5e-9a55-7f1f9d0d4c01"
 SCHEMA = Schema((("id", "bigint"), ("name", "string")))
-
-
-def alive(conn: psycopg.Connection) -> bool:
-    try:
-        conn.execute("SELECT 1")
-        return True
-    except psycopg.OperationalError:
-        return False
 
 
 def context(job_uuid: str | None, attempt: int, **more) -> dict:
@@ -66,7 +59,7 @@ def test_two_clusters_job_1_into_one_table_keep_their_own_rows(target):
         ours.prepare_commit(1)
         theirs = ExactlyOnceJdbcWriter(config, SCHEMA, context(str(uuid.uuid4()), attempt=2))
         theirs.write([(3, "c")])
-        assert alive(ours.conn)
+        assert session_alive(ours.conn)
         ours.commit({"checkpoint": 1})
         with psycopg.connect(target) as conn:
             assert conn.execute("SELECT id FROM dst ORDER BY id").fetchall() == [(1,), (2,)]
@@ -96,8 +89,10 @@ def test_a_fence_ends_older_attempts_in_its_own_database_only(data_db):
     fencer = psycopg.connect(data_db, application_name=sink_application_name(MEMBER, writer, 2))
     try:
         fence_older_attempts(fencer, writer, 2)
-        wait_for(lambda: not alive(here_old), 10, what="this database's older attempt to end")
-        assert alive(elsewhere)
+        wait_for(
+            lambda: not session_alive(here_old), 10, what="this database's older attempt to end"
+        )
+        assert session_alive(elsewhere)
     finally:
         for conn in (here_old, elsewhere, fencer):
             conn.close()

@@ -17,19 +17,13 @@ def tracking_refusal(cur, who: str, protocol_version: int, action: str, upgrade:
     (psycopg's or Django's); ``upgrade``: what to upgrade (``worker``, ``master``)."""
     if protocol_version >= DIRTY_TRACKING_SINCE:
         return ""
-    cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", DIRTY_VERSION_GATE)
-    cur.execute(
-        "SELECT id FROM engine_job WHERE dirty_threshold > 0 AND status <> ALL(%s)"
-        " ORDER BY id LIMIT 5",
-        (sorted(JOB_TERMINAL),),
-    )
-    running = [row[0] for row in cur.fetchall()]
+    running = _running_jobs(cur, "dirty_threshold > 0")
     if not running:
         return ""
     return (
         f"{who} runs protocol {protocol_version} and cannot {action} while jobs that track "
-        f"their recovery run (jobs {', '.join(map(str, running))}): they need protocol "
-        f"{DIRTY_TRACKING_SINCE} on every member; upgrade this {upgrade}"
+        f"their recovery run (jobs {running}): they need protocol {DIRTY_TRACKING_SINCE} on "
+        f"every member; upgrade this {upgrade}"
     )
 
 
@@ -39,17 +33,22 @@ def writer_refusal(cur, who: str, protocol_version: int) -> str:
     its id, so it may not join while a job whose writers are named after its uuid runs."""
     if protocol_version >= WRITER_UUID_SINCE:
         return ""
-    cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", DIRTY_VERSION_GATE)
-    cur.execute(
-        "SELECT id FROM engine_job WHERE uuid IS NOT NULL AND status <> ALL(%s)"
-        " ORDER BY id LIMIT 5",
-        (sorted(JOB_TERMINAL),),
-    )
-    running = [row[0] for row in cur.fetchall()]
+    running = _running_jobs(cur, "uuid IS NOT NULL")
     if not running:
         return ""
     return (
         f"{who} runs protocol {protocol_version} and cannot join while jobs whose sinks name "
-        f"their writers after the job's uuid run (jobs {', '.join(map(str, running))}): they "
-        f"need protocol {WRITER_UUID_SINCE} on every member; upgrade this worker"
+        f"their writers after the job's uuid run (jobs {running}): they need protocol "
+        f"{WRITER_UUID_SINCE} on every member; upgrade this worker"
     )
+
+
+def _running_jobs(cur, condition: str) -> str:
+    """Under the gate (taken here): up to five unfinished jobs matching ``condition`` (a
+    constant of this module), listed for a message; "" for none."""
+    cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", DIRTY_VERSION_GATE)
+    cur.execute(
+        f"SELECT id FROM engine_job WHERE {condition} AND status <> ALL(%s) ORDER BY id LIMIT 5",
+        (sorted(JOB_TERMINAL),),
+    )
+    return ", ".join(str(row[0]) for row in cur.fetchall())
