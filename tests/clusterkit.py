@@ -10,10 +10,12 @@ synchronise.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -166,6 +168,8 @@ class Cluster:
         redis.Redis.from_url(self.redis_url).flushdb()
         self.port = free_port()
         self.var_dir = Path(tempfile.mkdtemp(prefix="keel-cluster-"))
+        if os.environ.get("KEEL_TEST_KEEP_CLUSTERS") != "1":  # gone when the tests end
+            atexit.register(shutil.rmtree, self.var_dir, ignore_errors=True)
         self.masters, self.workers, self.slots = masters, workers, slots
         self.heartbeat_timeout = heartbeat_timeout
         self.env = dict(
