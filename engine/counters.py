@@ -2,13 +2,14 @@
 count: a rolled-back change counts nothing, a committed one exactly once.
 
 One statement per call whatever the number of totals, rows taken in one order (name, label) so
-two transactions never deadlock on them, on a shard picked per process so concurrent writers
-(the cleanup pool, say) do not queue on one row.
+two transactions never deadlock on them, on a shard picked by the database session, so that
+concurrent writers do not queue on one row. (It was picked per process: a worker's pool
+threads running a storm's restores, and its task groups reporting RUNNING, each waited for the
+one before to commit, and that commit waited for the event-append lock.)
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
 from django.db import connection
@@ -23,7 +24,7 @@ ROWS_RETIRED = "rows_retired"  # label: read | written
 
 #: Upper bounds of the checkpoint-duration histogram's buckets, in seconds.
 CHECKPOINT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-SHARDS = 8
+SHARDS = 16
 
 
 def bump(items: Iterable[tuple[str, str, float]]) -> None:
@@ -35,14 +36,14 @@ def bump(items: Iterable[tuple[str, str, float]]) -> None:
         cur.execute(
             """
             INSERT INTO engine_metrictotal (name, label, shard, value)
-            SELECT n, l, %s, v
+            SELECT n, l, pg_backend_pid() %% %s, v
               FROM unnest(%s::text[], %s::text[], %s::float8[]) AS t(n, l, v)
              ORDER BY n, l
             ON CONFLICT (name, label, shard)
             DO UPDATE SET value = engine_metrictotal.value + EXCLUDED.value
             """,
             [
-                os.getpid() % SHARDS,
+                SHARDS,
                 [r[0] for r in rows],
                 [r[1] for r in rows],
                 [r[2] for r in rows],

@@ -10,10 +10,11 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from engine.master import commands, control
-from engine.models import ControlStep, Pipeline, TaskGroup
+from engine.models import ControlStep, EngineEvent, Pipeline, TaskGroup
 from engine.protocol import CONTROL_QUEUE, member_queue
 from tests.brokerkit import take_commands
 from tests.faultkit import refused
+from tests.test_restore_slots import event_appends_held
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -82,20 +83,59 @@ def test_restores_past_the_budget_go_to_the_control_queue(engine, monkeypatch):
     }
 
 
-def test_a_database_error_in_a_restore_hands_it_and_the_rest_to_the_workers(engine):
-    """The master cannot go on after a database error (it reconnects or steps down): the step
-    it was running and the others it claimed go to the control queue at once, not after the
-    re-enqueue timeout."""
+def test_restores_run_in_the_master_share_a_transaction(engine):
+    """A storm's restores are a few transactions of the master, not one each: three due steps
+    commit together (one event-append turn), and their deploys go out after it."""
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    _, survivor = failed_pipelines(engine, 3)
+    broker.delete(CONTROL_QUEUE, member_queue(survivor.name))
+    after = EngineEvent.objects.order_by("-seq").values_list("seq", flat=True).first()
+
+    assert control.enqueue_due_steps(engine.epoch)
+
+    made = EngineEvent.objects.filter(seq__gt=after, kind="pipeline.restore")
+    assert made.count() == 3
+    assert len({at for at in made.values_list("at", flat=True)}) == 1  # one transaction's now()
+    assert commands.outbox.flush(5)
+    assert tasks_on(broker, CONTROL_QUEUE) == []
+    assert len(tasks_on(broker, member_queue(survivor.name))) == 6
+
+
+def test_a_restore_that_fails_in_the_master_goes_to_the_workers_and_the_others_restore(engine):
+    """One restore's error (its savepoint rolls back) hands that step to the control queue at
+    once, not after the re-enqueue timeout; the others of its transaction restore."""
     broker = redis.Redis.from_url(settings.REDIS_URL)
     jobs, _ = failed_pipelines(engine, 3)
     broker.delete(CONTROL_QUEUE)
     first = Pipeline.objects.get(job=jobs[0])
-    # The first restore's pipeline update fails.
     with refused("engine_pipeline", "UPDATE", f"NEW.id = {first.id}"):
-        with pytest.raises(DatabaseError):
-            control.enqueue_due_steps(engine.epoch)
+        assert control.enqueue_due_steps(engine.epoch)
+    steps = {s.job_id: s for s in ControlStep.objects.all()}
+    assert steps[jobs[0].id].state == "PENDING"
+    assert [steps[j.id].state for j in jobs[1:]] == ["DONE", "DONE"]
+    assert Pipeline.objects.get(id=first.id).status == "FAILING"
+    assert commands.outbox.flush(5)
+    assert tasks_on(broker, CONTROL_QUEUE) == [
+        ("engine.control.run", [steps[jobs[0].id].id, engine.epoch])
+    ]
+    assert control.run_step(steps[jobs[0].id].id, engine.epoch) == "restored"
+
+
+def test_a_database_error_of_the_transaction_hands_every_claimed_step_to_the_workers(engine):
+    """The master cannot go on after an error of the whole transaction (here the event-append
+    lock not taken within its lock timeout; it reconnects or steps down): the steps it was
+    running and the others it claimed go to the control queue at once, and none of them
+    restored."""
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    jobs, _ = failed_pipelines(engine, 3)
+    broker.delete(CONTROL_QUEUE)
+    with event_appends_held(), pytest.raises(DatabaseError):
+        control.enqueue_due_steps(engine.epoch)
     steps = list(ControlStep.objects.order_by("id"))
     assert [s.state for s in steps] == ["PENDING"] * 3
+    assert set(Pipeline.objects.filter(job__in=jobs).values_list("status", flat=True)) == {
+        "FAILING"
+    }
     assert commands.outbox.flush(5)
     assert tasks_on(broker, CONTROL_QUEUE) == sorted(
         ("engine.control.run", [s.id, engine.epoch]) for s in steps

@@ -25,6 +25,7 @@ from engine.states import (
     JOB_TERMINAL,
     ExecutionStatus,
     JobStatus,
+    MemberState,
     TaskGroupKind,
     check_transition,
 )
@@ -42,47 +43,80 @@ def mark_running(task_group_id: int, attempt: int, member_id: int) -> bool:
 
     Idempotent: reporting again what already holds (a retry after a commit whose answer was
     lost to a database blip) answers True, so the task group runs rather than stopping."""
+    return mark_running_many(member_id, [(task_group_id, attempt)])[(task_group_id, attempt)]
+
+
+def mark_running_many(
+    member_id: int, reports: list[tuple[int, int]]
+) -> dict[tuple[int, int], bool]:
+    """mark_running for several (task group id, attempt) of one member in one transaction:
+    the jobs locked in id order (the lock order), each rolled up once, the events appended
+    last. A worker starting a storm's restores reports them together (engine.member.reports),
+    not a transaction and a turn of the event-append lock each."""
+    answers = dict.fromkeys(reports, False)
     with transaction.atomic():
-        job = _lock_job_of(task_group_id)
-        if (
-            job is None
-            or job.status in JOB_TERMINAL
-            or job.status
-            in (
-                JobStatus.CANCELING,
-                JobStatus.FAILING,
-            )
-        ):
-            return False
-        changed = (
-            TaskGroup.objects.on_alive_members()
-            .filter(
-                id=task_group_id,
-                attempt=attempt,
-                member_id=member_id,
-                status=ExecutionStatus.DEPLOYING,
-            )
-            .update(status=ExecutionStatus.RUNNING, updated_at=Now())
+        job_of = dict(
+            TaskGroup.objects.filter(id__in={tg for tg, _ in reports}).values_list("id", "job_id")
         )
-        if changed != 1:
-            return (
+        jobs = list(
+            Job.objects.select_for_update(no_key=True)
+            .filter(id__in=set(job_of.values()))
+            .exclude(status__in=[*JOB_TERMINAL, JobStatus.CANCELING, JobStatus.FAILING])
+            .order_by("id")
+        )
+        open_jobs = {job.id for job in jobs}
+        wanted = sorted((tg, at) for tg, at in reports if job_of.get(tg) in open_jobs)
+        if not wanted:
+            return answers
+        with connection.cursor() as cur:
+            cur.execute(
+                """
+                UPDATE engine_taskgroup t SET status = %(running)s, updated_at = now()
+                  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS r(id, attempt),
+                       engine_member m
+                 WHERE t.id = r.id AND t.attempt = r.attempt AND t.member_id = %(member)s
+                   AND t.status = %(deploying)s AND m.id = t.member_id AND m.state = %(alive)s
+             RETURNING t.id, t.attempt
+                """,
+                {
+                    "running": ExecutionStatus.RUNNING,
+                    "deploying": ExecutionStatus.DEPLOYING,
+                    "alive": MemberState.ALIVE,
+                    "member": member_id,
+                    "ids": [tg for tg, _ in wanted],
+                    "attempts": [at for _, at in wanted],
+                },
+            )
+            started = {(row[0], row[1]) for row in cur.fetchall()}
+        answers.update(dict.fromkeys(started, True))
+        if len(started) < len(wanted):  # a repeated report of what already holds is True
+            again = {key for key in wanted if key not in started}
+            running = (
                 TaskGroup.objects.on_alive_members()
                 .filter(
-                    id=task_group_id,
-                    attempt=attempt,
+                    id__in={tg for tg, _ in again},
                     member_id=member_id,
                     status=ExecutionStatus.RUNNING,
                 )
-                .exists()
+                .values_list("id", "attempt")
             )
-        events = [
-            builders.taskgroup_status(
-                job.id, task_group_id, attempt, ExecutionStatus.DEPLOYING, ExecutionStatus.RUNNING
-            )
-        ]
-        events += rollup.settle_job(job)
+            answers.update({key: True for key in running if key in again})
+        if not started:
+            return answers
+        events = []
+        for job in jobs:
+            mine = sorted(key for key in started if job_of[key[0]] == job.id)
+            if not mine:
+                continue
+            events += [
+                builders.taskgroup_status(
+                    job.id, tg, at, ExecutionStatus.DEPLOYING, ExecutionStatus.RUNNING
+                )
+                for tg, at in mine
+            ]
+            events += rollup.settle_job(job)
         append_events(events)
-    return True
+    return answers
 
 
 def owns(task_group_id: int, attempt: int, member_id: int) -> bool:
@@ -205,6 +239,37 @@ def finish_task_group(
             return False
         append_events(events + rollup.settle_job(job))
     return True
+
+
+#: How a member's task group ended: (task group id, attempt, status, error, metrics).
+Ended = tuple[int, int, str, str, tuple[int, int, float, float, float] | None]
+
+
+def finish_task_groups(member_id: int, endings: list[Ended]) -> dict[Ended, bool]:
+    """finish_task_group for several task groups of one member in one transaction: the jobs
+    locked in id order (the lock order), each rolled up once, the events appended last (a
+    worker whose task groups a storm cancels reports them together, engine.member.reports).
+    Each answers as finish_task_group would."""
+    answers = dict.fromkeys(endings, False)
+    with transaction.atomic():
+        job_of = dict(
+            TaskGroup.objects.filter(id__in={e[0] for e in endings}).values_list("id", "job_id")
+        )
+        jobs = Job.objects.select_for_update(no_key=True).filter(id__in=set(job_of.values()))
+        events: list = []
+        for job in jobs.order_by("id"):
+            ended: list = []
+            mine = [e for e in endings if job_of.get(e[0]) == job.id]
+            for ending in sorted(mine, key=lambda e: (e[0], e[1])):
+                tg, attempt, status, error, metrics = ending
+                made = _end_group(job, tg, attempt, member_id, status, Ending(error, metrics))
+                if made is not None:
+                    answers[ending] = True
+                    ended += made
+            if ended:
+                events += ended + rollup.settle_job(job)
+        append_events(events)
+    return answers
 
 
 def fail_lost_task_groups(job_id: int, lost: list[tuple[int, int, int, str]]) -> list:

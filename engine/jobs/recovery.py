@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -19,7 +20,7 @@ from engine import counters, dirty
 from engine import events as builders
 from engine.cluster import slots as slot_transitions
 from engine.events import append_events
-from engine.fencing import fenced
+from engine.fencing import StaleEpoch, fenced
 from engine.jobs import checkpoints, splits
 from engine.jobs.scheduler import Deployment, deploy_on
 from engine.models import (
@@ -76,83 +77,123 @@ def request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[En
 
 
 def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deployment]]:
-    """Restore: release (already freed), request slots, redeploy every task group of the
-    pipeline as a new attempt, from the latest completed checkpoint (from the beginning when
-    there is none).
+    """Restore one pipeline (restore_pipelines with one step): what happened, and the task
+    groups to deploy once it committed."""
+    results, deployments = restore_pipelines([step], epoch)
+    result = results[step.id]
+    if isinstance(result, Exception):
+        raise result
+    return result, deployments
 
-    Taking the slots and redeploying onto them are one transaction: a restore that fails at
-    any point (too few slots, an error after the take) gives back exactly the slots it took,
-    and the job's other pipelines keep theirs."""
+
+def restore_pipelines(
+    steps: list[ControlStep], epoch: int
+) -> tuple[dict[int, str | Exception], list[Deployment]]:
+    """Run restore steps in one fenced transaction, in job order (the lock order), each in a
+    savepoint of its own, and append their events once, last: a storm's restores cost a few
+    commits and turns of the event-append lock, not one each. A step that raises is rolled
+    back alone (its answer is the error; the caller has it run again); an error of the whole
+    transaction (a stale epoch, the append lock not taken in time) is raised and nothing of
+    it holds. Answers by step id, and the task groups to deploy once it committed."""
+    results: dict[int, str | Exception] = {}
+    deployments: list[Deployment] = []
+    with fenced(epoch):
+        events: list[EngineEvent] = []
+        for step in sorted(steps, key=lambda s: (s.job_id, s.id)):
+            try:
+                with transaction.atomic():
+                    result, deployed, made = _restore(step, epoch)
+            except StaleEpoch:
+                raise
+            except Exception as exc:  # this step only: its savepoint rolled back
+                if len(steps) == 1:
+                    raise
+                log.exception("restore step %s failed", step.id)
+                results[step.id] = exc
+                continue
+            results[step.id] = result
+            deployments += deployed
+            events += made
+        append_events(events)
+    for step in steps:
+        if results.get(step.id) == "restored":
+            log.warning(
+                "job %s pipeline restored (restore %s)", step.job_id, step.payload["restore"]
+            )
+    return results, deployments
+
+
+def _restore(step: ControlStep, epoch: int) -> tuple[str, list[Deployment], list[EngineEvent]]:
+    """Release (already freed), request slots, redeploy every task group of the pipeline as a
+    new attempt, from the latest completed checkpoint (from the beginning when there is
+    none), in the caller's transaction. Taking the slots and redeploying onto them go
+    together: a restore that fails at any point (too few slots, an error after the take)
+    gives back exactly the slots it took, and the job's other pipelines keep theirs."""
     pipeline_id = step.payload["pipelineId"]
     number = step.payload["restore"]
-    with fenced(epoch):
-        job = Job.objects.select_for_update(no_key=True).get(id=step.job_id)
-        pipeline = Pipeline.objects.select_for_update(no_key=True).get(id=pipeline_id)
-        step = ControlStep.objects.select_for_update(no_key=True).get(id=step.id)
-        if step.state == ControlStepState.DONE:
-            return "done already", []
-        groups = list(
-            TaskGroup.objects.select_for_update(no_key=True, of=("self",))
-            .filter(pipeline=pipeline)
-            .order_by("kind", "index")
+    job = Job.objects.select_for_update(no_key=True).get(id=step.job_id)
+    pipeline = Pipeline.objects.select_for_update(no_key=True).get(id=pipeline_id)
+    step = ControlStep.objects.select_for_update(no_key=True).get(id=step.id)
+    if step.state == ControlStepState.DONE:
+        return "done already", [], []
+    groups = list(
+        TaskGroup.objects.select_for_update(no_key=True, of=("self",))
+        .filter(pipeline=pipeline)
+        .order_by("kind", "index")
+    )
+    obsolete = (
+        job.status not in (JobStatus.SCHEDULED, JobStatus.RUNNING)
+        or pipeline.status != ExecutionStatus.FAILING
+        or pipeline.restore_count != number - 1
+        or any(g.status not in EXECUTION_TERMINAL for g in groups)
+    )
+    if obsolete:
+        _done(step, "obsolete: nothing to restore")
+        return "obsolete", [], dirty.on_restore_obsolete(job, pipeline, number, epoch)
+    slots = slot_transitions.take(len(groups))
+    if slots is None:
+        # Not enough slots now: stay due, try again shortly.
+        ControlStep.objects.filter(id=step.id).update(
+            due_at=Now() + timedelta(seconds=NO_SLOTS_RETRY),
+            enqueued_at=None,
+            attempts=step.attempts + 1,
         )
-        obsolete = (
-            job.status not in (JobStatus.SCHEDULED, JobStatus.RUNNING)
-            or pipeline.status != ExecutionStatus.FAILING
-            or pipeline.restore_count != number - 1
-            or any(g.status not in EXECUTION_TERMINAL for g in groups)
-        )
-        if obsolete:
-            _done(step, "obsolete: nothing to restore")
-            append_events(dirty.on_restore_obsolete(job, pipeline, number, epoch))
-            return "obsolete", []
-        slots = slot_transitions.take(len(groups))
-        if slots is None:
-            # Not enough slots now: stay due, try again shortly (the rows locked roll back).
-            ControlStep.objects.filter(id=step.id).update(
-                due_at=Now() + timedelta(seconds=NO_SLOTS_RETRY),
-                enqueued_at=None,
-                attempts=step.attempts + 1,
-            )
-            return WAITING_FOR_SLOTS, []
-        restored_from = _rewind_splits(pipeline, groups)
-        deployments, group_events = deploy_on(groups, slots, epoch)
-        previous = pipeline.error_msg
-        planned = bool(step.payload.get("planned"))
-        Pipeline.objects.filter(id=pipeline.id).update(
-            status=ExecutionStatus.DEPLOYING,
-            restore_count=number,
-            planned_restores=pipeline.planned_restores + int(planned),
-            error_msg="",
-            splits_assigned=restored_from is not None,
-        )
-        _done(step, f"restored on {len(groups)} slots")
-        counters.bump([(counters.RESTORES, "planned" if planned else "member_loss", 1)])
-        append_events(
-            [
-                builders.pipeline_restore(
-                    job.id,
-                    epoch,
-                    pipeline.index,
-                    number,
-                    cause=previous,
-                    slots=[s for s, _ in slots],
-                    from_checkpoint=restored_from,
-                ),
-                builders.pipeline_status(
-                    job.id,
-                    pipeline.index,
-                    ExecutionStatus.FAILING,
-                    ExecutionStatus.DEPLOYING,
-                    epoch=epoch,
-                ),
-                *group_events,
-                # The pipeline reached DEPLOYING on its new slots: the attempt counts now.
-                *dirty.on_restore_deploying(job, pipeline, number, epoch),
-            ]
-        )
-    log.warning("job %s pipeline %s restored (restore %s)", job.id, pipeline.index, number)
-    return "restored", deployments
+        return WAITING_FOR_SLOTS, [], []
+    restored_from = _rewind_splits(pipeline, groups)
+    deployments, group_events = deploy_on(groups, slots, epoch)
+    previous = pipeline.error_msg
+    planned = bool(step.payload.get("planned"))
+    Pipeline.objects.filter(id=pipeline.id).update(
+        status=ExecutionStatus.DEPLOYING,
+        restore_count=number,
+        planned_restores=pipeline.planned_restores + int(planned),
+        error_msg="",
+        splits_assigned=restored_from is not None,
+    )
+    _done(step, f"restored on {len(groups)} slots")
+    counters.bump([(counters.RESTORES, "planned" if planned else "member_loss", 1)])
+    events = [
+        builders.pipeline_restore(
+            job.id,
+            epoch,
+            pipeline.index,
+            number,
+            cause=previous,
+            slots=[s for s, _ in slots],
+            from_checkpoint=restored_from,
+        ),
+        builders.pipeline_status(
+            job.id,
+            pipeline.index,
+            ExecutionStatus.FAILING,
+            ExecutionStatus.DEPLOYING,
+            epoch=epoch,
+        ),
+        *group_events,
+        # The pipeline reached DEPLOYING on its new slots: the attempt counts now.
+        *dirty.on_restore_deploying(job, pipeline, number, epoch),
+    ]
+    return "restored", deployments, events
 
 
 def _rewind_splits(pipeline: Pipeline, groups: list[TaskGroup]) -> int | None:

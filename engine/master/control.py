@@ -30,6 +30,8 @@ log = logging.getLogger("keel.control")
 #: How long one pass of the active master runs due steps itself (a few restores); the rest of a
 #: storm's restores go to the control queue.
 INLINE_BUDGET = 0.25
+#: Restores one transaction of the master runs (engine.jobs.recovery.restore_pipelines).
+STEPS_PER_TRANSACTION = 10
 
 
 def requeue_after() -> float:
@@ -61,36 +63,57 @@ def enqueue_due_steps(epoch: int, on_recovery: Callable[[], object] = lambda: No
             )
     deadline = time.monotonic() + INLINE_BUDGET
     moved = False
-    for position, step in enumerate(due):
+    position = 0
+    while position < len(due) and time.monotonic() < deadline:
+        chunk = due[position : position + STEPS_PER_TRANSACTION]
         try:
-            result = _run_here(step.id, epoch) if time.monotonic() < deadline else None
+            answers = _run_here(chunk, epoch)
         except BaseException:
-            # The master cannot go on (database, epoch): the workers run this step and the
+            # The master cannot go on (database, epoch): the workers run this chunk and the
             # rest of those claimed, rather than waiting to enqueue them again.
             for rest in due[position:]:
                 commands.run_control_step(rest.id, epoch)
             raise
-        if result is None:
-            commands.run_control_step(step.id, epoch)
-        moved = moved or result != recovery.WAITING_FOR_SLOTS
+        for step in chunk:
+            result = answers.get(step.id)
+            if result is None:
+                commands.run_control_step(step.id, epoch)
+            moved = moved or result != recovery.WAITING_FOR_SLOTS
+        position += len(chunk)
+    for rest in due[position:]:
+        commands.run_control_step(rest.id, epoch)
+        moved = True
     if moved:
         on_recovery()
     return bool(due)
 
 
-def _run_here(step_id: int, epoch: int) -> str | None:
-    """Run one step in the master's loop: what happened, or None if it failed (a worker runs
-    it instead). A stale epoch is raised: the master steps down."""
+def _run_here(steps: list[ControlStep], epoch: int) -> dict[int, str | None]:
+    """Run steps in the master's loop, their restores in one transaction: what happened to
+    each, None for one that failed (a worker runs it instead). A stale epoch or a database
+    error is raised: the master steps down, or reconnects."""
+    answers: dict[int, str | None] = {
+        s.id: f"unknown step kind {s.kind}"
+        for s in steps
+        if s.kind != ControlStepKind.RESTORE_PIPELINE
+    }
+    restores = [s for s in steps if s.kind == ControlStepKind.RESTORE_PIPELINE]
+    if not restores:
+        return answers
     try:
-        result = run_step(step_id, epoch)
-    except (DatabaseError, InterfaceError):
-        raise  # the loop reconnects or steps down; the step is enqueued again
+        results, deployments = recovery.restore_pipelines(restores, epoch)
+    except (StaleEpoch, DatabaseError, InterfaceError):
+        raise
     except Exception:
-        log.exception("control step %s failed in the master; the control queue runs it", step_id)
-        return None
-    if result.startswith("stale epoch"):
-        raise StaleEpoch(epoch, None)
-    return result
+        log.exception(
+            "control steps %s failed in the master; the control queue runs them",
+            [s.id for s in restores],
+        )
+        return answers | dict.fromkeys((s.id for s in restores), None)
+    commands.deploy(deployments)
+    for step_id, result in results.items():
+        answers[step_id] = None if isinstance(result, Exception) else result
+    return answers
 
 
 def run_step(step_id: int, epoch: int) -> str:

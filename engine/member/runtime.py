@@ -25,6 +25,7 @@ from engine.member.dataplane import Chain, Counters, PluginFailure, guarded, ins
 from engine.member.mailbox import Barrier, Commit, Mailbox, Message
 from engine.member.managed_enumerator import ManagedEnumeratorTask
 from engine.member.managed_reader import ManagedReaderTask
+from engine.member.reports import GroupCommit
 from engine.models import TaskGroup
 from engine.outbox import Outbox
 from engine.sourceruntime import SourceRuntime
@@ -73,10 +74,8 @@ class TaskGroupThread(threading.Thread):
         try:
             running = self.db(
                 "reporting RUNNING",
-                lifecycle.mark_running,
-                self.task_group_id,
-                self.attempt,
-                self.member_id,
+                self.runtime.running_reports.commit,
+                (self.task_group_id, self.attempt),
             )
             if not running:
                 log.info(
@@ -129,8 +128,8 @@ class TaskGroupThread(threading.Thread):
             attempt += 1
             try:
                 close_old_connections()
-                lifecycle.finish_task_group(
-                    self.task_group_id, self.attempt, self.member_id, status, error, metrics
+                self.runtime.finish_reports.commit(
+                    (self.task_group_id, self.attempt, status, error, metrics)
                 )
                 return
             except Exception:
@@ -342,6 +341,14 @@ class MemberRuntime:
         self.budget = WorkerBudget(settings.ENGINE["source-runtime.worker-mailbox.max-bytes"])
         self.outbox = Outbox()
         self.enumerators = EnumeratorWatch(member.id)
+        #: RUNNING reports of task groups starting together, and the reports of task groups
+        #: ending together, each written in one transaction (engine.member.reports).
+        self.running_reports: GroupCommit[tuple[int, int], bool] = GroupCommit(
+            lambda keys: lifecycle.mark_running_many(member.id, keys), default=False
+        )
+        self.finish_reports: GroupCommit[lifecycle.Ended, bool] = GroupCommit(
+            lambda endings: lifecycle.finish_task_groups(member.id, endings), default=False
+        )
         self._pool: SharedWorkerPool | None = None
 
     def pool(self) -> SharedWorkerPool:
