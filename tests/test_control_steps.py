@@ -4,10 +4,11 @@ where the workers' pools run them. Commands are read from their real Celery queu
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 import redis
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 
 from engine.master import commands, control
 from engine.models import ControlStep, EngineEvent, Pipeline, TaskGroup
@@ -140,3 +141,26 @@ def test_a_database_error_of_the_transaction_hands_every_claimed_step_to_the_wor
     assert tasks_on(broker, CONTROL_QUEUE) == sorted(
         ("engine.control.run", [s.id, engine.epoch]) for s in steps
     )
+
+
+def test_a_restore_whose_job_another_transaction_holds_goes_to_the_workers(engine):
+    """The master does not wait for a job row another transaction holds (a worker's report):
+    that step goes to the control queue, where a worker waits for it, and the others of the
+    chunk restore at once."""
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    jobs, _ = failed_pipelines(engine, 3)
+    broker.delete(CONTROL_QUEUE)
+    db = connection.settings_dict
+    with psycopg.connect(
+        dbname=db["NAME"], host=db["HOST"] or None, port=db["PORT"] or None
+    ) as holder:
+        holder.execute("SELECT id FROM engine_job WHERE id = %s FOR NO KEY UPDATE", (jobs[1].id,))
+        assert control.enqueue_due_steps(engine.epoch)
+        holder.rollback()
+    steps = {s.job_id: s for s in ControlStep.objects.all()}
+    assert [steps[j.id].state for j in jobs] == ["DONE", "PENDING", "DONE"]
+    assert commands.outbox.flush(5)
+    assert tasks_on(broker, CONTROL_QUEUE) == [
+        ("engine.control.run", [steps[jobs[1].id].id, engine.epoch])
+    ]
+    assert control.run_step(steps[jobs[1].id].id, engine.epoch) == "restored"

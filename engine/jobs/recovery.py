@@ -19,6 +19,7 @@ from django.utils import timezone
 from engine import counters, dirty
 from engine import events as builders
 from engine.cluster import slots as slot_transitions
+from engine.dbsession import session_lost
 from engine.events import append_events
 from engine.fencing import StaleEpoch, fenced
 from engine.jobs import checkpoints, splits
@@ -87,26 +88,38 @@ def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deploymen
 
 
 def restore_pipelines(
-    steps: list[ControlStep], epoch: int
+    steps: list[ControlStep], epoch: int, *, skip_locked: bool = False
 ) -> tuple[dict[int, str | Exception], list[Deployment]]:
-    """Run restore steps in one fenced transaction, in job order (the lock order), each in a
-    savepoint of its own, and append their events once, last: a storm's restores cost a few
-    commits and turns of the event-append lock, not one each. A step that raises is rolled
-    back alone (its answer is the error; the caller has it run again); an error of the whole
-    transaction (a stale epoch, the append lock not taken in time) is raised and nothing of
-    it holds. Answers by step id, and the task groups to deploy once it committed."""
+    """Run restore steps in one fenced transaction: their jobs locked first, in id order (the
+    lock order; nothing a step takes later, a metric total or a member row, is held before a
+    job lock), then each step in a savepoint of its own, and their events appended once,
+    last: a storm's restores cost a few commits and turns of the event-append lock, not one
+    each. ``skip_locked``: a step whose job another transaction holds is left out (no answer;
+    the caller has it run elsewhere) rather than waited for. A step that raises is rolled back
+    alone (its answer is the error; the caller has it run again); an error of the whole
+    transaction (a stale epoch, a lost session, the append lock not taken in time) is raised
+    and nothing of it holds. Answers by step id, and the task groups to deploy once it
+    committed."""
     results: dict[int, str | Exception] = {}
     deployments: list[Deployment] = []
     with fenced(epoch):
+        locked = set(
+            Job.objects.select_for_update(no_key=True, skip_locked=skip_locked)
+            .filter(id__in={s.job_id for s in steps})
+            .order_by("id")
+            .values_list("id", flat=True)
+        )
         events: list[EngineEvent] = []
         for step in sorted(steps, key=lambda s: (s.job_id, s.id)):
+            if step.job_id not in locked and skip_locked:
+                continue
             try:
                 with transaction.atomic():
                     result, deployed, made = _restore(step, epoch)
             except StaleEpoch:
                 raise
             except Exception as exc:  # this step only: its savepoint rolled back
-                if len(steps) == 1:
+                if len(steps) == 1 or session_lost(exc):
                     raise
                 log.exception("restore step %s failed", step.id)
                 results[step.id] = exc

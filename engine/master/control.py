@@ -90,8 +90,9 @@ def enqueue_due_steps(epoch: int, on_recovery: Callable[[], object] = lambda: No
 
 def _run_here(steps: list[ControlStep], epoch: int) -> dict[int, str | None]:
     """Run steps in the master's loop, their restores in one transaction: what happened to
-    each, None for one that failed (a worker runs it instead). A stale epoch or a database
-    error is raised: the master steps down, or reconnects."""
+    each, None for one that failed or whose job another transaction held (a worker runs it
+    instead). A stale epoch or a database error is raised: the master steps down, or
+    reconnects."""
     answers: dict[int, str | None] = {
         s.id: f"unknown step kind {s.kind}"
         for s in steps
@@ -101,7 +102,7 @@ def _run_here(steps: list[ControlStep], epoch: int) -> dict[int, str | None]:
     if not restores:
         return answers
     try:
-        results, deployments = recovery.restore_pipelines(restores, epoch)
+        results, deployments = recovery.restore_pipelines(restores, epoch, skip_locked=True)
     except (StaleEpoch, DatabaseError, InterfaceError):
         raise
     except Exception:

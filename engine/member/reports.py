@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from engine.dbsession import session_lost
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -65,9 +67,9 @@ class GroupCommit(Generic[K, V]):
             try:
                 result = self._run(keys)
                 by_key = {key: result.get(key, self._default) for key in keys}
-            except Exception:
-                if len(keys) == 1:
-                    raise
+            except Exception as exc:
+                if len(keys) == 1 or session_lost(exc):
+                    raise  # the database is away: every caller rides it out on its own
                 # One bad report must not fail the others for ever (each retries, and would
                 # meet it in every write): each is written alone, and only its own error stays.
                 for key in keys:
