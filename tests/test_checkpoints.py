@@ -51,6 +51,13 @@ def start(pipeline: Pipeline, **extra) -> Checkpoint:
     )
 
 
+def test_an_ack_for_a_checkpoint_that_ended_is_not_recorded(running_pipeline):
+    checkpoint = start(running_pipeline, state="FAILED")
+    group = TaskGroup.objects.filter(pipeline=running_pipeline).first()
+    assert not checkpoints.acknowledge(checkpoint.id, group.id, group.attempt, {})
+    assert not TaskCheckpoint.objects.filter(checkpoint=checkpoint).exists()
+
+
 def test_completes_when_every_expected_attempt_acked(running_pipeline):
     checkpoint = start(running_pipeline)
     groups = list(TaskGroup.objects.filter(pipeline=running_pipeline))

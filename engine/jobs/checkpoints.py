@@ -16,12 +16,13 @@ checkpoint's barrier once, so a re-sent barrier never moves the cut.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection
 from django.db.models import Count, Max, Q
 from django.db.models.functions import Now
 
@@ -183,31 +184,40 @@ def acknowledge(checkpoint_id: int, task_group_id: int, attempt: int, state: dic
 
     One ack per task group: a second one of the same attempt (a retry after a commit whose
     answer was lost) answers True, even if the checkpoint has ended since, and keeps the first
-    snapshot; another attempt's answers False."""
-
-    def recorded() -> bool:
-        return TaskCheckpoint.objects.filter(
-            checkpoint_id=checkpoint_id, task_group_id=task_group_id, attempt=attempt
-        ).exists()
-
+    snapshot; another attempt's answers False. One statement, in autocommit: every task group
+    of every running pipeline acks each checkpoint, and this was most of a worker's time."""
     try:
-        with transaction.atomic():
-            if recorded():
-                return True
-            pending = Checkpoint.objects.filter(
-                id=checkpoint_id, state=CheckpointState.PENDING
-            ).exists()
-            if not pending:
-                return False
-            TaskCheckpoint.objects.create(
-                checkpoint_id=checkpoint_id,
-                task_group_id=task_group_id,
-                attempt=attempt,
-                state=state,
+        with connection.cursor() as cur:
+            cur.execute(
+                _ACK,
+                {
+                    "checkpoint": checkpoint_id,
+                    "group": task_group_id,
+                    "attempt": attempt,
+                    "state": json.dumps(state),
+                    "pending": CheckpointState.PENDING,
+                },
             )
-        return True
-    except IntegrityError:
-        return recorded()
+            return bool(cur.fetchone()[0])
+    except IntegrityError:  # its task group is gone (the job's state was cleaned up)
+        return False
+
+
+#: The ack: recorded if the checkpoint is pending and none is yet; True if this attempt's is.
+_ACK = """
+            WITH made AS (
+                INSERT INTO engine_taskcheckpoint (checkpoint_id, task_group_id, attempt, state)
+                SELECT %(checkpoint)s, %(group)s, %(attempt)s, %(state)s
+                 WHERE EXISTS (SELECT 1 FROM engine_checkpoint
+                                WHERE id = %(checkpoint)s AND state = %(pending)s)
+                ON CONFLICT (checkpoint_id, task_group_id) DO NOTHING
+                RETURNING 1
+            )
+            SELECT EXISTS (SELECT 1 FROM made)
+                OR EXISTS (SELECT 1 FROM engine_taskcheckpoint
+                            WHERE checkpoint_id = %(checkpoint)s
+                              AND task_group_id = %(group)s AND attempt = %(attempt)s)
+"""
 
 
 def complete_or_expire(
