@@ -1,14 +1,18 @@
 """The active master runs a due restore itself (no queue between the step and its deploy
-commands), for a short budget each pass; the steps past that budget go to the control queue,
-where the workers' pools run them. Commands are read from their real Celery queues on Redis."""
+commands), for a short budget each pass; a step past that budget waits for the next pass, and
+one due for longer than the hand-off goes to the control queue, where the workers' pools run
+it. Commands are read from their real Celery queues on Redis."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import psycopg
 import pytest
 import redis
 from django.conf import settings
 from django.db import DatabaseError, connection
+from django.db.models.functions import Now
 
 from engine.master import commands, control
 from engine.models import ControlStep, EngineEvent, Pipeline, TaskGroup
@@ -63,16 +67,40 @@ def test_a_due_restore_runs_in_the_master_and_its_deploys_go_out_at_once(engine)
     )
 
 
-def test_restores_past_the_budget_go_to_the_control_queue(engine, monkeypatch):
+def test_restores_past_the_budget_wait_for_the_next_pass(engine, monkeypatch):
+    """A storm: no time left in this pass. Steps that have just become due are given back
+    (claimed by nobody, nothing on the queue), and the next pass runs them in the master."""
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    jobs, _ = failed_pipelines(engine, 3)
+    broker.delete(CONTROL_QUEUE)
+    monkeypatch.setattr(control, "INLINE_BUDGET", 0.0)
+
+    assert control.enqueue_due_steps(engine.epoch)
+
+    steps = list(ControlStep.objects.order_by("id"))
+    assert [(s.state, s.enqueued_at) for s in steps] == [("PENDING", None)] * 3
+    assert commands.outbox.flush(5)
+    assert tasks_on(broker, CONTROL_QUEUE) == []
+    monkeypatch.setattr(control, "INLINE_BUDGET", 0.25)
+    assert control.enqueue_due_steps(engine.epoch)
+    assert set(ControlStep.objects.values_list("state", flat=True)) == {"DONE"}
+    assert set(Pipeline.objects.filter(job__in=jobs).values_list("status", flat=True)) == {
+        "DEPLOYING"
+    }
+
+
+def test_restores_due_for_longer_than_the_hand_off_go_to_the_control_queue(engine, monkeypatch):
     broker = redis.Redis.from_url(settings.REDIS_URL)
     jobs, _ = failed_pipelines(engine, 3)
     broker.delete(CONTROL_QUEUE)
     monkeypatch.setattr(control, "INLINE_BUDGET", 0.0)  # a storm: no time left in this pass
+    ControlStep.objects.update(due_at=Now() - timedelta(seconds=control.HAND_OFF_AFTER + 1))
 
     assert control.enqueue_due_steps(engine.epoch)
 
     steps = list(ControlStep.objects.order_by("id"))
     assert [s.state for s in steps] == ["PENDING"] * 3  # claimed, for the workers
+    assert all(s.enqueued_at is not None for s in steps)
     assert commands.outbox.flush(5)
     assert tasks_on(broker, CONTROL_QUEUE) == sorted(
         ("engine.control.run", [s.id, engine.epoch]) for s in steps
