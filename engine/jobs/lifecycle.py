@@ -8,6 +8,7 @@ longer owns it, changes nothing (it returns False).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import connection, transaction
@@ -38,6 +39,14 @@ def _lock_job_of(task_group_id: int) -> Job | None:
     return Job.objects.select_for_update(no_key=True).get(id=job_id)
 
 
+def _lock_jobs_of(task_group_ids: Iterable[int]) -> tuple[dict[int, int], list[Job]]:
+    """The job of each task group, and those jobs locked in id order (the lock order), for a
+    transaction that reports on several task groups at once."""
+    job_of = dict(TaskGroup.objects.filter(id__in=set(task_group_ids)).values_list("id", "job_id"))
+    jobs = Job.objects.select_for_update(no_key=True).filter(id__in=set(job_of.values()))
+    return job_of, list(jobs.order_by("id"))
+
+
 def mark_running(task_group_id: int, attempt: int, member_id: int) -> bool:
     """DEPLOYING -> RUNNING for this attempt on this member; False if it is not ours any more.
 
@@ -55,15 +64,9 @@ def mark_running_many(
     not a transaction and a turn of the event-append lock each."""
     answers = dict.fromkeys(reports, False)
     with transaction.atomic():
-        job_of = dict(
-            TaskGroup.objects.filter(id__in={tg for tg, _ in reports}).values_list("id", "job_id")
-        )
-        jobs = list(
-            Job.objects.select_for_update(no_key=True)
-            .filter(id__in=set(job_of.values()))
-            .exclude(status__in=[*JOB_TERMINAL, JobStatus.CANCELING, JobStatus.FAILING])
-            .order_by("id")
-        )
+        job_of, jobs = _lock_jobs_of(tg for tg, _ in reports)
+        stopping = {*JOB_TERMINAL, JobStatus.CANCELING, JobStatus.FAILING}
+        jobs = [job for job in jobs if job.status not in stopping]
         open_jobs = {job.id for job in jobs}
         wanted = sorted((tg, at) for tg, at in reports if job_of.get(tg) in open_jobs)
         if not wanted:
@@ -252,12 +255,9 @@ def finish_task_groups(member_id: int, endings: list[Ended]) -> dict[Ended, bool
     Each answers as finish_task_group would."""
     answers = dict.fromkeys(endings, False)
     with transaction.atomic():
-        job_of = dict(
-            TaskGroup.objects.filter(id__in={e[0] for e in endings}).values_list("id", "job_id")
-        )
-        jobs = Job.objects.select_for_update(no_key=True).filter(id__in=set(job_of.values()))
+        job_of, jobs = _lock_jobs_of(e[0] for e in endings)
         events: list = []
-        for job in jobs.order_by("id"):
+        for job in jobs:
             ended: list = []
             mine = [e for e in endings if job_of.get(e[0]) == job.id]
             for ending in sorted(mine, key=lambda e: (e[0], e[1])):

@@ -80,11 +80,8 @@ def request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[En
 def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deployment]]:
     """Restore one pipeline (restore_pipelines with one step): what happened, and the task
     groups to deploy once it committed."""
-    results, deployments = restore_pipelines([step], epoch)
-    result = results[step.id]
-    if isinstance(result, Exception):
-        raise result
-    return result, deployments
+    results, deployments = restore_pipelines([step], epoch)  # a lone step's error is raised
+    return results[step.id], deployments
 
 
 def restore_pipelines(

@@ -21,7 +21,7 @@ V = TypeVar("V")
 
 
 class _Failed:
-    """The error of the call an answer belonged to (every waiter of that call raises it)."""
+    """An answer that is an error: the caller it belongs to raises it."""
 
     def __init__(self, error: BaseException) -> None:
         self.error = error
