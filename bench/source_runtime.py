@@ -26,6 +26,8 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "keel.settings")
 django.setup()
 
+from engine.connectors.arrowrows import arrow_schema  # noqa: E402
+from engine.connectors.batches import from_rows  # noqa: E402
 from engine.connectors.fake import FakeSource  # noqa: E402 - after django.setup()
 from engine.connectors.fake_managed import CAPABILITY, ManagedFakeReader  # noqa: E402
 from engine.jobs.planner import plan_job  # noqa: E402
@@ -131,12 +133,14 @@ def lane_a(
     pipeline = plan(source.config["split.num"]).pipelines[0]
     _, chain = compile_chain(pipeline.to_json(), {**CONTEXT, "checkpointing": False})
     key, last_report = pipeline.source.key, time.monotonic()
+    schema = source.output_schema()
+    arrow = arrow_schema(schema)
     while loop.life.state != Life.CLOSED:
         wake.clear()
         loop.step()
         while batches:
-            rows = batches.pop(0)
-            counters.add(len(rows), chain.push(key, rows))
+            rows = batches.pop(0)  # Lane A's rows, as one Arrow batch (its reader's flush)
+            counters.add(len(rows), chain.push(key, from_rows(rows, schema, arrow)))
         now = time.monotonic()
         if now - last_report >= METRICS_INTERVAL:
             last_report = now

@@ -429,6 +429,10 @@ ENGINE = {
     ).lower()
     in ("1", "true", "yes"),
     "source-runtime.managed-connectors": _names("KEEL_SOURCE_RUNTIME_MANAGED_CONNECTORS", ""),
+    # The data plane's batches (engine.connectors.batches): at most this many rows and about
+    # this many bytes each, so a worker's memory stays flat whatever a row's width.
+    "dataplane.batch-rows": _count("KEEL_DATAPLANE_BATCH_ROWS", "16384", minimum=1),
+    "dataplane.batch-bytes": _bytes("KEEL_DATAPLANE_BATCH_BYTES", "8MiB"),
 }
 
 

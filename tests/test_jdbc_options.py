@@ -7,6 +7,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from engine.connectors.batches import from_rows
 from engine.connectors.jdbc_writers import ExactlyOnceJdbcWriter
 from engine.connectors.schema import Schema
 from engine.jobconfig import ConfigError
@@ -146,9 +147,9 @@ def test_a_custom_query_is_exactly_once_through_checkpoints(db):
     }
     schema = Schema((("id", "bigint"), ("note", "string")))
     writer = ExactlyOnceJdbcWriter(config, schema, {"jobId": 9, "pipelineId": 1, "attempt": 1})
-    writer.write([(1, "a"), (2, "b")])
+    writer.write(from_rows([(1, "a"), (2, "b")], schema))
     writer.prepare_commit(1)
-    writer.write([(3, "c")])
+    writer.write(from_rows([(3, "c")], schema))
     writer.prepare_commit(2)
     assert count(dsn, "SELECT count(*) FROM log") == 0
     writer.commit({"checkpoint": 1})

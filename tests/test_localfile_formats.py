@@ -12,6 +12,7 @@ import pytest
 from openpyxl import load_workbook
 from pyarrow import orc
 
+from engine.connectors.batches import to_rows
 from engine.jobconfig import ConfigError
 from engine.jobs.planner import plan_job
 from engine.member.dataplane import instantiate
@@ -41,7 +42,9 @@ def source_rows() -> list[dict]:
     rows = []
     for split in source.create_splits("BATCH"):
         for batch, _ in source.read(split, 0, "BATCH", 1000):
-            rows += [dict(zip(names, r, strict=True)) for r in batch]
+            rows += [
+                dict(zip(names, r, strict=True)) for r in to_rows(batch, source.output_schema())
+            ]
     return rows
 
 

@@ -227,6 +227,7 @@ def assert_exactly_once(c: Cluster, job_id: int, url: str, splits: int) -> int:
     )
     with psycopg.connect(url) as conn:
         ids = [r[0] for r in conn.execute("SELECT id FROM eo").fetchall()]
+        # Data rows, and the marks of checkpoints (a committed one's mark leaves with its rows).
         staged = conn.execute("SELECT id, keel_checkpoint FROM eo__keel_stage").fetchall()
     assert_unbroken_runs(ids, splits)
     assert_the_newest_cut_committed(c, job_id, ids)

@@ -147,6 +147,7 @@ def test_jdbc_accepts_the_postgresql_driver_and_names_any_other(api):
 
 
 def test_console_takes_seatunnels_print_options(caplog):
+    from engine.connectors.batches import from_rows
     from engine.connectors.console import Console
     from engine.connectors.schema import Schema
 
@@ -158,19 +159,20 @@ def test_console_takes_seatunnels_print_options(caplog):
     )
     quiet, paced = plan.pipelines[0].sinks
     with caplog.at_level("INFO", logger="keel.sink.console"):
-        Console(quiet.config, quiet.path).writer(schema, {}).write([(1,), (2,)])
+        Console(quiet.config, quiet.path).writer(schema, {}).write(from_rows([(1,), (2,)], schema))
     assert caplog.records == []  # counted, not printed
 
     slept: list[float] = []
     writer = Console(paced.config, paced.path).writer(schema, {})
     writer.sleep = slept.append
     with caplog.at_level("INFO", logger="keel.sink.console"):
-        writer.write([(i,) for i in range(5)])
+        writer.write(from_rows([(i,) for i in range(5)], schema))
     assert [r.getMessage() for r in caplog.records] == [f"row {{'id': {i}}}" for i in range(3)]
     assert slept == [0.04, 0.04]  # between printed rows, none after the limit
 
 
 def test_fakesource_shapes_its_strings_and_paces_its_reads():
+    from engine.connectors.batches import to_rows
     from engine.connectors.fake import FakeSource
 
     plan = plan_job(
@@ -183,13 +185,17 @@ def test_fakesource_shapes_its_strings_and_paces_its_reads():
     source = FakeSource(node.config, node.path)
     split = source.create_splits("BATCH")[0]
     batches = list(source.read(split, 0, "BATCH", batch_size=1))
-    rows = [row for batch, _ in batches for row in batch]
+    rows = [row for batch, _ in batches for row in to_rows(batch)]
     assert rows == [(0, "name-0xx"), (1, "name-1xx"), (2, "name-2xx")]
     # A read is due 20 ms after the last: in between the split answers "nothing yet".
-    assert any(batch == [] for batch, _ in batches)
+    assert any(batch.num_rows == 0 for batch, _ in batches)
     short = FakeSource({**node.config, "string.length": 3}, node.path)
     batches = list(short.read(split, 0, "BATCH", batch_size=3))
-    assert [r for batch, _ in batches for r in batch] == [(0, "e-0"), (1, "e-1"), (2, "e-2")]
+    assert [r for batch, _ in batches for r in to_rows(batch)] == [
+        (0, "e-0"),
+        (1, "e-1"),
+        (2, "e-2"),
+    ]
 
 
 def test_sink_options_without_effect_here_are_warned_about():

@@ -8,6 +8,7 @@ import textwrap
 import psycopg
 import pytest
 
+from engine.connectors.batches import from_rows
 from engine.connectors.localfile_sink import CheckpointedLocalFileWriter
 from engine.connectors.schema import Schema
 from engine.jobs import checkpoints
@@ -30,7 +31,7 @@ def test_a_localfile_commit_publishes_every_pending_part_up_to_n(tmp_path):
         config, Schema((("id", "bigint"),)), {"jobId": 1, "attempt": 1}
     )
     for checkpoint in (1, 2, 3):
-        writer.write([(checkpoint,)])
+        writer.write(from_rows([(checkpoint,)], Schema((("id", "bigint"),))))
         writer.prepare_commit(checkpoint)
     writer.commit({"checkpoint": 2})
     writer.abort()
@@ -62,7 +63,7 @@ def test_a_reader_commits_a_completed_checkpoint_whose_command_never_came(
     writer = CheckpointedLocalFileWriter(
         config, Schema((("id", "bigint"),)), {"jobId": job.id, "attempt": reader.attempt}
     )
-    writer.write([(7,)])
+    writer.write(from_rows([(7,)], Schema((("id", "bigint"),))))
     sink_state = writer.prepare_commit(checkpoint_id)
     assert checkpoints.acknowledge(checkpoint_id, enumerator.id, enumerator.attempt, {})
     commits = ReaderCommits(

@@ -6,6 +6,7 @@ from itertools import groupby
 
 import pytest
 
+from engine.connectors.batches import to_rows
 from engine.connectors.fake import FakeSource
 from engine.connectors.fake_managed import CAPABILITY, ManagedFakeReader
 from engine.jobs.planner import plan_job
@@ -35,7 +36,11 @@ def source_of(options: str) -> FakeSource:
 def lane_b_rows(source: FakeSource) -> dict[str, list]:
     """Each BATCH split's rows as Lane B reads them, by split id."""
     return {
-        split["splitId"]: [r for rows, _ in source.read(split, 0, "BATCH", 4096) for r in rows]
+        split["splitId"]: [
+            r
+            for batch, _ in source.read(split, 0, "BATCH", 4096)
+            for r in to_rows(batch, source.output_schema())
+        ]
         for split in source.create_splits("BATCH")
     }
 

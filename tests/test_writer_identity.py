@@ -10,6 +10,7 @@ import uuid
 import psycopg
 import pytest
 
+from engine.connectors.batches import from_rows
 from engine.connectors.jdbc_writers import (
     ExactlyOnceJdbcWriter,
     fence_older_attempts,
@@ -55,10 +56,10 @@ def test_two_clusters_job_1_into_one_table_keep_their_own_rows(target):
     ours = ExactlyOnceJdbcWriter(config, SCHEMA, context(str(uuid.uuid4()), attempt=1))
     theirs = None
     try:
-        ours.write([(1, "a"), (2, "b")])
+        ours.write(from_rows([(1, "a"), (2, "b")], SCHEMA))
         ours.prepare_commit(1)
         theirs = ExactlyOnceJdbcWriter(config, SCHEMA, context(str(uuid.uuid4()), attempt=2))
-        theirs.write([(3, "c")])
+        theirs.write(from_rows([(3, "c")], SCHEMA))
         assert session_alive(ours.conn)
         ours.commit({"checkpoint": 1})
         with psycopg.connect(target) as conn:

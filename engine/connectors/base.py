@@ -196,7 +196,10 @@ def _error(block: PluginBlock, option: str, message: str) -> dict:
 
 
 class SourcePlugin(Plugin):
-    """A source: splits made by the enumerator, read by readers from an exact offset."""
+    """A source: splits made by the enumerator, read by readers from an exact offset.
+
+    ``read`` yields Arrow record batches (engine.connectors.batches). A source written for rows
+    implements ``read_rows`` instead: ``read`` turns each of its lists into a batch."""
 
     section: ClassVar[str] = "source"
 
@@ -208,24 +211,59 @@ class SourcePlugin(Plugin):
         raise NotImplementedError
 
     def read(self, split: dict, offset: int, mode: str, batch_size: int):
-        """Yield ``(rows, next_offset)`` from ``offset``; a replay from an offset is exact."""
+        """Yield ``(batch, next_offset)`` from ``offset``, a batch of at most ``batch_size``
+        rows (none: nothing is due yet); a replay from an offset is exact."""
+        from engine.connectors.arrowrows import arrow_schema
+        from engine.connectors.batches import ROW_SOURCE_BATCH, from_rows
+
+        schema = self.output_schema()
+        arrow = arrow_schema(schema)
+        size = min(batch_size, ROW_SOURCE_BATCH)
+        for rows, next_offset in self.read_rows(split, offset, mode, size):
+            yield from_rows(rows, schema, arrow), next_offset
+
+    def read_rows(self, split: dict, offset: int, mode: str, batch_size: int):
+        """A row source's ``read``: yield ``(rows, next_offset)``."""
         raise NotImplementedError
 
 
 class TransformPlugin(Plugin):
+    """Maps a batch to a batch: ``processor(schema)`` returns that function. A transform
+    written for rows implements ``row_processor`` instead (a list of rows to a list)."""
+
     section: ClassVar[str] = "transform"
 
     def output_schema(self, schema):  # (Schema) -> Schema; ValueError names the bad field
         raise NotImplementedError
 
-    def processor(self, schema):  # (Schema) -> Callable[[list[tuple]], list[tuple]]
+    def processor(self, schema):  # (Schema) -> Callable[[RecordBatch], RecordBatch]
+        from engine.connectors.arrowrows import arrow_schema
+        from engine.connectors.batches import from_rows, to_rows
+
+        rows_fn = self.row_processor(schema)
+        out = self.output_schema(schema)
+        arrow = arrow_schema(out)
+
+        def process(batch):
+            return from_rows(rows_fn(to_rows(batch, schema)), out, arrow)
+
+        return process
+
+    def row_processor(self, schema):  # (Schema) -> Callable[[list[tuple]], list[tuple]]
         raise NotImplementedError
 
 
 class SinkWriter:
-    """Writes batches; checkpoint hooks default to at-least-once (nothing to prepare)."""
+    """Writes batches (Arrow record batches, engine.connectors.batches); checkpoint hooks
+    default to at-least-once (nothing to prepare). A writer written for rows implements
+    ``write_rows`` instead of ``write``."""
 
-    def write(self, rows: list[tuple]) -> None:
+    def write(self, batch) -> None:
+        from engine.connectors.batches import to_rows
+
+        self.write_rows(to_rows(batch))
+
+    def write_rows(self, rows: list[tuple]) -> None:
         raise NotImplementedError
 
     def prepare_commit(self, checkpoint_id: int) -> dict:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 from engine.connectors.base import Option, SinkPlugin, SinkWriter
+from engine.connectors.batches import to_rows
 from engine.connectors.registry import register
 
 log = logging.getLogger("keel.sink.console")
@@ -31,7 +32,14 @@ class ConsoleWriter(SinkWriter):
         self.sleep = sleep
         self.printed = 0
 
-    def write(self, rows: list[tuple]) -> None:
+    def write(self, batch) -> None:
+        """Only the rows still to print are made Python values: a batch past the limit costs
+        nothing."""
+        if self.printed >= self.limit or batch.num_rows == 0:
+            return
+        self.write_rows(to_rows(batch.slice(0, self.limit - self.printed)))
+
+    def write_rows(self, rows: list[tuple]) -> None:
         for row in rows:
             if self.printed >= self.limit:
                 return
@@ -60,8 +68,8 @@ class BlackholeWriter(SinkWriter):
     def __init__(self) -> None:
         self.count = 0
 
-    def write(self, rows: list[tuple]) -> None:
-        self.count += len(rows)
+    def write(self, batch) -> None:
+        self.count += batch.num_rows
 
 
 @register

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import ROUND_DOWN, Decimal
 
 from engine.connectors.base import Option, SourcePlugin
+from engine.connectors.batches import ROW_SOURCE_BATCH
 from engine.connectors.registry import register
 from engine.connectors.schema import (
     Schema,
@@ -124,6 +125,55 @@ def row_builder(schema: Schema, sizes: Sizes | None = None):
         values[f"p{n}"] = f"{name}-"
     body = f"lambda ids: [({', '.join(parts)},) for i in ids]"
     return eval(body, values)  # noqa: S307 - generated from the fixed templates above
+
+
+#: The kinds ``column_builder`` makes as columns: each value is arithmetic on the row id.
+_COLUMN_KINDS = frozenset(("int", "bigint", "double", "float", "decimal", "string", "boolean"))
+_EPOCH_US = int(EPOCH.timestamp() * 1_000_000)
+
+
+def column_builder(schema: Schema, sizes: Sizes | None = None):
+    """A function from a range of row ids to an Arrow batch of the values ``row_builder``
+    makes, column by column (no Python row); None if a field's kind is not one it builds."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from engine.connectors.arrowrows import arrow_schema
+
+    sizes = sizes or Sizes()
+    if not all(k in _COLUMN_KINDS or k == "timestamp" for k in schema.kinds):
+        return None
+    target = arrow_schema(schema)
+    counting: list[pa.Array] = [pa.array([], pa.int64())]
+
+    def positions(n: int) -> pa.Array:
+        if len(counting[0]) < n:  # 0..n-1, built once per size and sliced after
+            counting[0] = pa.array(range(max(n, 2 * len(counting[0]))), pa.int64())
+        return counting[0].slice(0, n)
+
+    def build(ids: range):
+        n = len(ids)
+        id_column = pc.add(pc.multiply(positions(n), ids.step), ids.start)
+        columns = []
+        for name, kind in schema.fields:
+            if kind in ("int", "bigint"):
+                column = id_column
+            elif kind in ("double", "float", "decimal"):
+                column = pc.multiply(id_column.cast(pa.float64()), 0.5)
+            elif kind == "boolean":
+                column = pc.equal(pc.bit_wise_and(id_column, 1), 0)
+            elif kind == "timestamp":
+                micros = pc.add(pc.multiply(id_column, 1_000_000), _EPOCH_US)
+                column = micros.cast(pa.timestamp("us"))
+            else:
+                column = pc.binary_join_element_wise(f"{name}-", id_column.cast(pa.string()), "")
+                if sizes.string:
+                    padded = pc.utf8_rpad(column, width=sizes.string, padding="x")
+                    column = pc.utf8_slice_codeunits(padded, start=-sizes.string)
+            columns.append(column)
+        return pa.RecordBatch.from_arrays(columns, schema=target)
+
+    return build
 
 
 class RowsOption(Option):
@@ -239,13 +289,34 @@ class FakeSource(SourcePlugin):
             return range(s + start * count, s + stop * count, count)
         return range(s * per + start, s * per + stop)
 
-    def read(self, split: dict, offset: int, mode: str, batch_size: int):
+    def read_rows(self, split: dict, offset: int, mode: str, batch_size: int):
         listed = self.listed_rows()
         if listed is not None:  # the same rows from every split, then the split ends
             if listed[offset:]:
                 yield listed[offset:], len(listed)
             return
         build = row_builder(self.output_schema(), self.sizes())
+        for ids, next_offset in self.id_ranges(split, offset, mode, batch_size):
+            yield (build(ids) if ids is not None else []), next_offset
+
+    def read(self, split: dict, offset: int, mode: str, batch_size: int):
+        """Columns built from each batch's row ids with Arrow's compute functions, for the
+        types whose values are arithmetic on the id (the values ``row_builder`` makes); other
+        schemas, and the ``rows`` option, go through rows."""
+        schema = self.output_schema()
+        build = column_builder(schema, self.sizes())
+        if build is None or self.config.get("rows") is not None:
+            yield from super().read(split, offset, mode, batch_size)
+            return
+        empty = build(range(0))
+        if self.config["split.read-interval"]:  # a read's rows, as the row path (and Lane A)
+            batch_size = min(batch_size, ROW_SOURCE_BATCH)
+        for ids, next_offset in self.id_ranges(split, offset, mode, batch_size):
+            yield (build(ids) if ids is not None else empty), next_offset
+
+    def id_ranges(self, split: dict, offset: int, mode: str, batch_size: int):
+        """Yield ``(ids, next_offset)``: the row ids of the split's next batch, or None when
+        nothing is due yet (pacing)."""
         streaming = mode == JobMode.STREAMING
         rate = self.config["rows.per-second"]
         interval = self.config["split.read-interval"] / 1000
@@ -253,18 +324,17 @@ class FakeSource(SourcePlugin):
         started, produced, next_read = time.monotonic(), 0, 0.0
         while limit is None or offset < limit:
             if interval and next_read > time.monotonic():
-                yield [], offset  # the split's next read is not due yet
+                yield None, offset  # the split's next read is not due yet
                 continue
             stop = offset + batch_size if limit is None else min(offset + batch_size, limit)
             if rate > 0:
                 stop = min(stop, offset + max(int(rate / 10), 1))
                 due = started + produced / rate
                 if due > time.monotonic():
-                    yield [], offset  # nothing due yet: the runtime waits, then asks again
+                    yield None, offset  # nothing due yet: the runtime waits, then asks again
                     continue
             ids = self.row_ids(split, mode, offset, stop)
-            rows = build(ids)
-            produced += len(rows)
+            produced += len(ids)
             offset = stop
             next_read = time.monotonic() + interval
-            yield rows, offset
+            yield ids, offset

@@ -14,15 +14,17 @@ import re
 import psycopg
 from psycopg import sql
 
+from engine.connectors import pg_arrow
+from engine.connectors.arrowrows import arrow_schema
 from engine.connectors.base import Option, SinkPlugin, SinkWriter, SourcePlugin
-from engine.connectors.jdbc_writers import (
+from engine.connectors.batches import bounded, limits
+from engine.connectors.jdbc_statements import (
     FIELD_IDE,
     QUERY_STATEMENT,
-    ExactlyOnceJdbcWriter,
-    JdbcWriter,
     placeholders,
     target_columns,
 )
+from engine.connectors.jdbc_writers import ExactlyOnceJdbcWriter, JdbcWriter
 from engine.connectors.pg import (
     INTEGER_TYPE_NAMES,
     INTEGER_TYPES,
@@ -36,6 +38,7 @@ from engine.connectors.pg import (
     table_ident,
     user_sql,
 )
+from engine.connectors.pg_arrow import select_list
 from engine.connectors.registry import register
 from engine.connectors.schema import Schema
 
@@ -216,10 +219,35 @@ class JdbcSource(SourcePlugin):
         keys = primary_key(conn, self.config["table"]) if self.config["table"] else []
         return keys[0] if keys else ""
 
+    @classmethod
+    def _typed(cls, conn, config: dict) -> list[tuple[str, str, str]]:
+        """(name, PostgreSQL type, Keel kind) of each column read. A ``numeric`` is an exact
+        ``decimal(p, s)``: its own precision and scale, or SeaTunnel's ``decimal(38, 18)``
+        for a numeric without them (or wider than 38 digits)."""
+        columns = cls._columns(conn, config)
+        shapes = {}
+        if any(t == "numeric" for _, t in columns):
+            with conn.cursor() as cur:
+                cur.execute(
+                    sql.SQL("SELECT * FROM {rows} LIMIT %s").format(rows=rows_of(config)), (0,)
+                )
+                shapes = {d.name: (d.precision, d.scale) for d in cur.description}
+            conn.rollback()
+        out = []
+        for name, pg_type in columns:
+            kind = PG_TYPES.get(pg_type) or PG_TYPE_NAMES[pg_type]
+            if pg_type == "numeric":
+                precision, scale = shapes.get(name) or (None, None)
+                if not precision or precision > 38:
+                    precision, scale = 38, 18
+                kind = f"decimal({precision}, {scale or 0})"
+            out.append((name, pg_type, kind))
+        return out
+
     def output_schema(self) -> Schema:
         with connect_read_only(self.config) as conn:
-            columns = self._columns(conn, self.config)
-        return Schema(tuple((c, PG_TYPES.get(t) or PG_TYPE_NAMES[t]) for c, t in columns))
+            typed = self._typed(conn, self.config)
+        return Schema(tuple((name, kind) for name, _, kind in typed))
 
     def create_splits(self, mode: str) -> list[dict]:
         """Contiguous ranges of the partition column, plus one split for its NULLs; a query
@@ -264,49 +292,73 @@ class JdbcSource(SourcePlugin):
 
     def read(self, split: dict, offset: int, mode: str, batch_size: int):
         """Rows of the split in a total order (partition column, then the primary key; a query
-        without either: every column), so a resume from ``offset`` rows is exact."""
+        without either: every column), so a resume from ``offset`` rows is exact. Read with
+        ADBC (binary COPY of the query) straight into Arrow batches."""
         column = sql.Identifier(split["column"]) if split["column"] else None
-        params: list = []
         if column is None:
             where = sql.SQL("true")
         elif split["low"] is None:
             where = sql.SQL("{c} IS NULL").format(c=column)
         else:
+            # Bounds are integers the engine made, written as literals: ADBC reads a query
+            # with COPY, which takes no parameters (and one statement only).
             bounds = []
             if not split.get("open_low"):
-                bounds.append(sql.SQL("{c} >= %s").format(c=column))
-                params.append(split["low"])
+                bounds.append(
+                    sql.SQL("{c} >= {v}").format(c=column, v=sql.Literal(int(split["low"])))
+                )
             if not split.get("open_high"):
-                bounds.append(sql.SQL("{c} < %s").format(c=column))
-                params.append(split["high"])
+                bounds.append(
+                    sql.SQL("{c} < {v}").format(c=column, v=sql.Literal(int(split["high"])))
+                )
             bounds.append(sql.SQL("{c} IS NOT NULL").format(c=column))
             where = sql.SQL(" AND ").join(bounds)
-        order = [sql.Identifier(c) for c in split.get("order") or []]
+        order = [
+            sql.SQL("keel_query.{c}").format(c=sql.Identifier(c)) for c in split.get("order") or []
+        ]
         if not split.get("total", True):  # no primary key in the order: the row breaks ties
             order.append(sql.SQL("keel_query::text"))
-        query = sql.SQL("SELECT * FROM {t} WHERE {w} ORDER BY {o} OFFSET %s").format(
-            t=rows_of(self.config), w=where, o=sql.SQL(", ").join(order)
-        )
-        with connect_read_only(self.config) as conn, conn.transaction():
-            with conn.cursor(name="keel_jdbc_source") as cur:
-                cur.itersize = self.config["fetch_size"]
-                cur.execute(query, [*params, offset])
-                while True:
-                    rows = cur.fetchmany(batch_size)
-                    if not rows:
-                        return
-                    offset += len(rows)
-                    yield [tuple(r) for r in rows], offset
+        with connect_read_only(self.config) as conn:
+            typed = self._typed(conn, self.config)
+            query = (
+                sql.SQL("SELECT {cols} FROM {t} WHERE {w} ORDER BY {o} OFFSET {n}")
+                .format(
+                    cols=select_list(typed),
+                    t=rows_of(self.config, parameters=False),
+                    w=where,
+                    o=sql.SQL(", ").join(order),
+                    n=sql.Literal(int(offset)),
+                )
+                .as_string(conn)
+            )
+        target = arrow_schema(Schema(tuple((name, kind) for name, _, kind in typed)))
+        _, max_bytes = limits()
+        with pg_arrow.connect(self.config, "keel-jdbc", READ_ONLY) as adbc, adbc.cursor() as cur:
+            cur.adbc_statement.set_options(
+                **{"adbc.postgresql.batch_size_hint_bytes": str(max_bytes)}
+            )
+            cur.execute(query)
+            for batch in cur.fetch_record_batch():
+                for part in bounded(batch, batch_size, max_bytes):
+                    offset += part.num_rows
+                    yield part.cast(target), offset
 
 
-def rows_of(config: dict) -> sql.Composable:
+#: A source session's transactions are read-only, whatever its query says; dates are read
+#: as ISO text, whatever the server's DateStyle.
+READ_ONLY = "-c default_transaction_read_only=on -c DateStyle=ISO -c TimeZone=UTC"
+
+
+def rows_of(config: dict, parameters: bool = True) -> sql.Composable:
     """What a Jdbc source reads, as ``... AS keel_query``: its query, its table's rows that
-    match ``where_condition``, or its table."""
+    match ``where_condition``, or its table. ``parameters``: the statement it goes into also
+    takes parameters (then a ``%`` of the job's SQL is written ``%%``)."""
+    text = user_sql if parameters else (lambda t: sql.SQL(t.strip().rstrip(";")))
     if config.get("query"):
-        return sql.SQL("({q}) AS keel_query").format(q=user_sql(config["query"]))
+        return sql.SQL("({q}) AS keel_query").format(q=text(config["query"]))
     if config.get("where_condition"):
         return sql.SQL("(SELECT * FROM {t} WHERE {w}) AS keel_query").format(
-            t=table_ident(config["table"]), w=user_sql(config["where_condition"])
+            t=table_ident(config["table"]), w=text(config["where_condition"])
         )
     return sql.SQL("{t} AS keel_query").format(t=table_ident(config["table"]))
 

@@ -4,21 +4,40 @@ and the sink sessions they write on."""
 from __future__ import annotations
 
 import hashlib
-import json
-import re
 import uuid as uuidlib
 
 import psycopg
 from psycopg import sql
 
+from engine.connectors import pg_arrow
 from engine.connectors.base import SinkWriter
+from engine.connectors.jdbc_ingest import (
+    ArrowStage,
+    bulk_capable,
+    column_types,
+    plain_table,
+    text_staged,
+    to_text_ddl,
+    writes_directly,
+)
+from engine.connectors.jdbc_statements import (
+    STAGE_TYPES,
+    _insert_from,
+    custom_statement,
+    staged,
+    target_columns,
+    text_casts,
+    upsert_keys,
+)
 from engine.connectors.pg import connect, split_table, table_ident
-from engine.connectors.schema import Schema, jsonable, kind_args
+from engine.connectors.schema import Schema, kind_args
 
 #: A sink session never waits long or hangs: a lock held by a stuck session, a statement, or a
 #: transaction its (frozen) worker left open each end within these.
 SINK_SESSION_OPTIONS = (
     "-c lock_timeout=10000 -c statement_timeout=300000 -c idle_in_transaction_session_timeout=10000"
+    # A timestamp without a zone is UTC (the data plane's), whichever path writes it.
+    " -c TimeZone=UTC -c DateStyle=ISO"
 )
 
 
@@ -94,104 +113,21 @@ def fence_older_attempts(conn: psycopg.Connection, writer: str, attempt: int) ->
     conn.commit()
 
 
-def _insert_from(
-    table: sql.Composable,
-    cols: sql.Composable,
-    source: sql.Composable,
-    where: sql.Composable,
-    order: sql.Composable,
-    columns: list[str],
-    keys: list[str],
-) -> sql.Composed:
-    """INSERT INTO table SELECT ... FROM source: an upsert on ``keys`` (the last row of a key
-    wins), or a plain insert without keys."""
-    if not keys:
-        return sql.SQL("INSERT INTO {t} ({cols}) SELECT {cols} FROM {s} WHERE {w}").format(
-            t=table, cols=cols, s=source, w=where
-        )
-    key_list = sql.SQL(", ").join(sql.Identifier(k) for k in keys)
-    query = sql.SQL(
-        "INSERT INTO {t} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM {s} WHERE {w} "
-        "ORDER BY {keys}, {o} DESC ON CONFLICT ({keys}) "
-    ).format(t=table, cols=cols, keys=key_list, s=source, w=where, o=order)
-    updates = [c for c in columns if c not in keys]
-    if not updates:
-        return query + sql.SQL("DO NOTHING")
-    return (
-        query
-        + sql.SQL("DO UPDATE SET ")
-        + sql.SQL(", ").join(
-            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates
-        )
-    )
-
-
-#: ``field_ide``: how incoming field names become the table's column names.
-FIELD_IDE = {"ORIGINAL": str, "UPPERCASE": str.upper, "LOWERCASE": str.lower}
-#: A custom sink ``query`` is one statement that changes rows.
-QUERY_STATEMENT = re.compile(r"^\s*(insert|update|delete|merge)\b", re.IGNORECASE)
-_QUOTED_OR_MARK = re.compile(r"'(?:[^']|'')*'|\?|%")
-#: A custom query's staging columns, by field type (complex values are staged as JSON text).
-STAGE_TYPES = {
-    "tinyint": "smallint",
-    "smallint": "smallint",
-    "int": "integer",
-    "bigint": "bigint",
-    "float": "real",
-    "double": "double precision",
-    "decimal": "numeric",
-    "boolean": "boolean",
-    "bytes": "bytea",
-    "date": "date",
-    "time": "time",
-    "timestamp": "timestamptz",
-}
-
-
-def target_columns(config: dict, schema: Schema) -> list[str]:
-    return [FIELD_IDE[config.get("field_ide") or "ORIGINAL"](n) for n in schema.names]
-
-
-def upsert_keys(config: dict) -> list[str]:
-    return (config.get("primary_keys") or []) if config.get("enable_upsert", True) else []
-
-
-def placeholders(query: str) -> int:
-    """The ``?`` of a custom query, outside its string literals."""
-    return sum(1 for m in _QUOTED_OR_MARK.finditer(query) if m.group() == "?")
-
-
-def custom_statement(query: str) -> str:
-    """SeaTunnel's JDBC placeholders (``?``) as psycopg's; literal ``%`` kept."""
-    marks = {"?": "%s", "%": "%%"}
-    return _QUOTED_OR_MARK.sub(lambda m: marks.get(m.group(), m.group()), query.strip().rstrip(";"))
-
-
-def staged(schema: Schema):
-    """A function that makes a row fit the staging table (complex values as JSON)."""
-    complex_at = [
-        (i, kind) for i, kind in enumerate(schema.kinds) if kind_args(kind)[0] not in STAGE_TYPES
-    ]
-    if not complex_at:
-        return lambda row: row
-
-    def fit(row: tuple) -> tuple:
-        out = list(row)
-        for i, kind in complex_at:
-            if out[i] is not None and kind != "string":
-                out[i] = json.dumps(jsonable(kind, out[i]))
-        return tuple(out)
-
-    return fit
-
-
 class JdbcWriter(SinkWriter):
     """At-least-once writer (no checkpoints): each batch is COPYed into a temporary table and
-    upserted (or inserted) at once."""
+    upserted (or inserted) at once. Batches go with ADBC's binary COPY (a custom query, or a
+    stream with arrays, maps or nested rows, goes row by row through psycopg)."""
 
     def __init__(self, config: dict, schema: Schema, context: dict) -> None:
-        self.conn = connect_sink(config, context, writer_key(context))
         self.custom = custom_statement(config["query"]) if config.get("query") else None
+        self.bulk = None
+        name = sink_application_name(
+            context.get("memberUuid", ""), writer_key(context), context.get("attempt", 0)
+        )
+        if not self.custom and bulk_capable(schema):
+            self._open_bulk(config, schema, name)
+            return
+        self.conn = connect_sink(config, context, writer_key(context))
         if self.custom:
             self.fit = staged(schema)
             return
@@ -216,7 +152,77 @@ class JdbcWriter(SinkWriter):
         )
         self.copy = sql.SQL("COPY keel_stage ({cols}) FROM STDIN").format(cols=cols)
 
-    def write(self, rows: list[tuple]) -> None:
+    def _open_bulk(self, config: dict, schema: Schema, name: str) -> None:
+        """The ADBC session, its temporary stage (text where Arrow cannot write the target's
+        type) and the statement that moves a batch from it into the target."""
+        self.columns = target_columns(config, schema)
+        table = table_ident(config["table"])
+        cols = sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
+        kinds = schema.kinds
+        adbc = pg_arrow.connect(config, name, SINK_SESSION_OPTIONS)
+        try:
+            self._stage_bulk(adbc, config, table, cols, kinds)
+        except BaseException:
+            adbc.close()
+            raise
+
+    def _stage_bulk(self, adbc, config: dict, table, cols, kinds: list[str]) -> None:
+        """Where batches go: straight into an ordinary table when it is a plain insert of
+        columns binary COPY writes as they come; else into the temporary stage, moved by an
+        INSERT ... SELECT (an upsert on the keys) in the batch's transaction."""
+        with adbc.cursor() as cur:
+            cur.execute(
+                psycopg_string(
+                    sql.SQL(
+                        "CREATE TEMP TABLE keel_stage ON COMMIT DELETE ROWS AS "
+                        "SELECT {cols} FROM {t} WITH NO DATA"
+                    ).format(cols=cols, t=table)
+                )
+            )
+            stage_types = column_types(cur, "'keel_stage'")
+            texts = text_staged(self.columns, kinds, stage_types)
+            if texts:
+                cur.execute(psycopg_string(to_text_ddl(sql.Identifier("keel_stage"), texts)))
+                stage_types = column_types(cur, "'keel_stage'")
+            target_types = column_types(cur, regclass(table))
+            plain = plain_table(cur, regclass(table))
+        adbc.commit()
+        keys = upsert_keys(config)
+        casts = text_casts(self.columns, stage_types, target_types)
+        direct = all(
+            writes_directly(kind, target_types[c][0])
+            for c, kind in zip(self.columns, kinds, strict=True)
+        )
+        if plain and not keys and direct:
+            # A plain insert of columns Arrow writes as they are: straight into the target
+            # (what the stage's INSERT ... SELECT would do, without the second copy).
+            schema_name, name = split_table(config["table"])
+            self.upsert_sql = None
+            self.bulk = ArrowStage(adbc, schema_name, name, self.columns, target_types)
+            return
+        self.upsert_sql = psycopg_string(
+            _insert_from(
+                table,
+                cols,
+                sql.Identifier("keel_stage"),
+                sql.SQL("true"),
+                sql.SQL("ctid"),
+                self.columns,
+                keys,
+                casts,
+            )
+        )
+        self.bulk = ArrowStage(adbc, None, "keel_stage", self.columns, stage_types)
+
+    def write(self, batch) -> None:
+        if self.bulk is None:
+            return super().write(batch)
+        self.bulk.write(batch, commit=self.upsert_sql is None)
+        if self.upsert_sql is not None:
+            self.bulk.cur.execute(self.upsert_sql)
+            self.bulk.adbc.commit()
+
+    def write_rows(self, rows: list[tuple]) -> None:
         if self.custom:
             with self.conn.cursor() as cur:
                 cur.executemany(self.custom, [self.fit(r) for r in rows])
@@ -230,27 +236,64 @@ class JdbcWriter(SinkWriter):
         self.conn.commit()
 
     def close(self) -> None:
-        self.conn.close()
+        if self.bulk is not None:
+            self.bulk.close()
+        else:
+            self.conn.close()
 
     def abort(self) -> None:
-        self.conn.close()
+        self.close()
+
+
+def psycopg_string(composable: sql.Composable) -> str:
+    """A statement as text (no parameters: every value in it is a literal)."""
+    return composable.as_string(None)
+
+
+def regclass(table: sql.Identifier) -> str:
+    """A table's quoted name as a literal (for ``::regclass``)."""
+    return psycopg_string(sql.Literal(psycopg_string(table)))
 
 
 class ExactlyOnceJdbcWriter(SinkWriter):
     """Exactly-once writer for checkpointed jobs.
 
     Rows go to a durable staging table ``<table>__keel_stage`` tagged with this writer's stable
-    key (job, pipeline, reader: the same for every attempt). At barrier N the untagged rows are
-    tagged N (pre-commit); when N completes they move to the target in one transaction and leave
-    the stage, so committing N twice changes nothing. A new attempt first fences the older ones
+    key (job, pipeline, reader: the same for every attempt), as Arrow batches (binary COPY). At
+    barrier N the writer stages a mark (pre-commit): the rows staged before it are N's. When N
+    completes they move to the target in one transaction and leave the stage with the mark, so
+    committing N twice changes nothing. A new attempt first fences the older ones
     (``fence_older_attempts``), then finishes the commit of the checkpoint it restores from,
     then drops every later staged row: those rows are replayed.
     """
 
     def __init__(self, config: dict, schema: Schema, context: dict) -> None:
         self.writer = writer_key(context)
-        self.conn = connect_sink(config, context, self.writer)
         self.custom = custom_statement(config["query"]) if config.get("query") else None
+        self.bulk = None
+        self.casts: dict[str, str] = {}
+        # The bulk session opens before the fence, under the same name: a newer attempt's
+        # fence ends it with this one's, so nothing it sends lands after that fence.
+        adbc = None
+        if not self.custom and bulk_capable(schema):
+            adbc = pg_arrow.connect(
+                config,
+                sink_application_name(
+                    context.get("memberUuid", ""), self.writer, context.get("attempt", 0)
+                ),
+                SINK_SESSION_OPTIONS,
+            )
+        try:
+            self.conn = connect_sink(config, context, self.writer)
+            self._open(config, schema, context, adbc)
+        except BaseException:
+            if adbc is not None:
+                adbc.close()
+            if getattr(self, "conn", None) is not None:
+                self.conn.close()  # and with it the writer's lock, if the fence took it
+            raise
+
+    def _open(self, config: dict, schema: Schema, context: dict, adbc) -> None:
         self.fit = staged(schema) if self.custom else (lambda row: row)
         self.keys = upsert_keys(config)
         if self.custom:  # a stage of the incoming fields, shared by the query's writers
@@ -268,6 +311,8 @@ class ExactlyOnceJdbcWriter(SinkWriter):
         self.cols = sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
         fence_older_attempts(self.conn, self.writer, context.get("attempt", 0))
         self._ensure_stage(schema_name, name, schema)
+        if not self.custom:
+            self._align_stage(adbc, schema_name, name, schema.kinds)
         restored = context.get("restoredCheckpoint")
         if restored is not None:
             self._commit_upto(restored)
@@ -283,17 +328,49 @@ class ExactlyOnceJdbcWriter(SinkWriter):
             stage=self.stage, cols=self.cols
         )
 
+    def _align_stage(self, adbc, schema_name: str, name: str, kinds: list[str]) -> None:
+        """Stage columns Arrow cannot write become text (once, under the stage's DDL lock),
+        cast back to the target's types when committed; batches go through ``adbc`` (if
+        given)."""
+        with self.conn.cursor() as cur:
+            stage_types = column_types(cur, regclass(self.stage))
+            texts = text_staged(self.columns, kinds, stage_types)
+            if texts:
+                cur.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                    (f"keel-stage:{schema_name}.{name}",),
+                )
+                stage_types = column_types(cur, regclass(self.stage))
+                texts = text_staged(self.columns, kinds, stage_types)
+                if texts:
+                    cur.execute(to_text_ddl(self.stage, texts))
+                    stage_types = column_types(cur, regclass(self.stage))
+            target_types = column_types(cur, regclass(self.table))
+        self.conn.commit()
+        self.casts = text_casts(self.columns, stage_types, target_types)
+        if adbc is None:
+            return
+        self.bulk = ArrowStage(
+            adbc,
+            schema_name,
+            f"{name}__keel_stage",
+            self.columns,
+            stage_types,
+            {"keel_writer": self.writer},
+            self.casts,
+        )
+
     def _ensure_stage(self, schema_name: str, name: str, schema: Schema) -> None:
         """Create the staging table once. DDL takes an exclusive lock, so it runs only when
         something is missing: never queued behind another writer's open COPY."""
         present = self.conn.execute(
             "SELECT count(*) FROM information_schema.columns WHERE table_schema = %s "
             "AND table_name = %s AND column_name IN ('keel_writer', 'keel_checkpoint', "
-            "'keel_seq')",
+            "'keel_seq', 'keel_mark')",
             (schema_name, f"{name}__keel_stage"),
         ).fetchone()[0]
         self.conn.commit()
-        if present == 3:
+        if present == 4:
             return
         # Readers of one job open their writers at the same moment: serialise the DDL (two
         # concurrent CREATE TABLE IF NOT EXISTS can both try to create the table).
@@ -322,23 +399,32 @@ class ExactlyOnceJdbcWriter(SinkWriter):
             "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_writer text",
             "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_checkpoint bigint",
             "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_seq bigserial",
+            "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_mark boolean NOT NULL DEFAULT false",
         ):
             self.conn.execute(sql.SQL(ddl).format(stage=self.stage))
         self.conn.commit()
 
-    def write(self, rows: list[tuple]) -> None:
+    def write(self, batch) -> None:
+        if self.bulk is None:
+            return super().write(batch)
+        self.bulk.write(batch)
+
+    def write_rows(self, rows: list[tuple]) -> None:
         with self.conn.cursor() as cur, cur.copy(self.copy) as copy:
             for row in rows:
                 copy.write_row((*self.fit(row), self.writer))
         self.conn.commit()
 
     def prepare_commit(self, checkpoint_id: int) -> dict:
+        """Mark the cut: one row (``keel_mark``) whose ``keel_seq`` is above every row this
+        writer staged before the barrier (each batch was committed) and below every later
+        one. The rows themselves are never rewritten."""
         self.conn.execute(
             sql.SQL(
-                "UPDATE {stage} SET keel_checkpoint = %s WHERE keel_writer = %s "
-                "AND keel_checkpoint IS NULL"
+                "INSERT INTO {stage} (keel_writer, keel_checkpoint, keel_mark) "
+                "VALUES (%s, %s, true)"
             ).format(stage=self.stage),
-            (checkpoint_id, self.writer),
+            (self.writer, checkpoint_id),
         )
         self.conn.commit()
         return {"writer": self.writer, "checkpoint": checkpoint_id}
@@ -349,11 +435,22 @@ class ExactlyOnceJdbcWriter(SinkWriter):
     def _commit_upto(self, checkpoint_id: int | None, include_untagged: bool = False) -> None:
         if checkpoint_id is None:
             checkpoint_id = 2**62 if include_untagged else -1
-        where = sql.SQL("keel_writer = {w} AND (keel_checkpoint <= {n}{untagged})").format(
-            w=sql.Literal(self.writer),
-            n=sql.Literal(checkpoint_id),
-            untagged=sql.SQL(" OR keel_checkpoint IS NULL" if include_untagged else ""),
-        )
+        writer, upto = sql.Literal(self.writer), sql.Literal(checkpoint_id)
+        if include_untagged:
+            rows = sql.SQL("keel_writer = {w} AND keel_mark IS NOT TRUE").format(w=writer)
+            marks = sql.SQL("keel_writer = {w} AND keel_mark").format(w=writer)
+        else:
+            # A row is checkpoint N's if staged before N's mark (or, staged by an older
+            # version, tagged with N).
+            rows = sql.SQL(
+                "keel_writer = {w} AND keel_mark IS NOT TRUE AND (keel_checkpoint <= {n} OR "
+                "keel_checkpoint IS NULL AND keel_seq < coalesce((SELECT max(keel_seq) FROM "
+                "{stage} WHERE keel_writer = {w} AND keel_mark AND keel_checkpoint <= {n}), 0))"
+            ).format(w=writer, n=upto, stage=self.stage)
+            marks = sql.SQL("keel_writer = {w} AND keel_mark AND keel_checkpoint <= {n}").format(
+                w=writer, n=upto
+            )
+        where = rows
         with self.conn.cursor() as cur:
             # One commit of this writer's rows at a time (a fenced attempt may still be
             # committing): the second sees the rows the first moved as gone.
@@ -377,15 +474,24 @@ class ExactlyOnceJdbcWriter(SinkWriter):
                         sql.Identifier("keel_seq"),
                         self.columns,
                         self.keys,
+                        self.casts,
                     )
                 )
-            cur.execute(sql.SQL("DELETE FROM {stage} WHERE {w}").format(stage=self.stage, w=where))
+            cur.execute(
+                sql.SQL("DELETE FROM {stage} WHERE {rows} OR {marks}").format(
+                    stage=self.stage, rows=rows, marks=marks
+                )
+            )
         self.conn.commit()
 
     def close(self) -> None:
         """A batch pipeline finished: everything it wrote becomes visible."""
         self._commit_upto(None, include_untagged=True)
-        self.conn.close()
+        self.abort()
 
     def abort(self) -> None:
-        self.conn.close()
+        try:
+            if self.bulk is not None:
+                self.bulk.close()
+        finally:
+            self.conn.close()

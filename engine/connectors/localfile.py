@@ -194,7 +194,7 @@ class LocalFileSource(LocalFile, SourcePlugin):
             for i, p in enumerate(self.files())
         ]
 
-    def read(self, split: dict, offset: int, mode: str, batch_size: int):
+    def read_rows(self, split: dict, offset: int, mode: str, batch_size: int):
         """Records of the file from ``offset`` (records, not lines: blank lines are skipped and
         a quoted CSV field may span lines). A record of the wrong width fails the task."""
         path = resolve_file_path(split["path"])  # inside the roots still, links followed

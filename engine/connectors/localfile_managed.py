@@ -101,7 +101,7 @@ class ManagedLocalFileReader(SplitOffsets):
             allowed = max(1, allowed)
             size, reading = self._reading.get(split_id, (0, None))
             if reading is None or size > allowed:  # (re)opened at the offset, batches fitting
-                reading = self.source.read(
+                reading = self.source.read_rows(
                     self.splits[split_id], self.offsets[split_id], self.mode, allowed
                 )
                 self._reading[split_id] = (allowed, reading)

@@ -159,7 +159,7 @@ class LocalFileWriter(SinkWriter):
             self.parts[partition] = open_part(tmp, self.layout.schema, self.config)
         return self.parts[partition]
 
-    def write(self, rows: list[tuple]) -> None:
+    def write_rows(self, rows: list[tuple]) -> None:
         if self.layout.format == "binary":
             self.write_binary(rows)
             return

@@ -95,18 +95,28 @@ class Sql(TransformPlugin):
             raise ValueError(f"query: {exc}") from None
 
     def processor(self, schema: Schema):
-        from engine.connectors.arrowrows import arrow_schema, rows_of, to_table
+        """DuckDB reads the batch where it lies (Arrow, no copy) and answers in Arrow; the
+        answer is cast to the planned output types. Rows it makes are INSERTs."""
+        import pyarrow as pa
 
-        out = self.output_schema(schema)
-        arrow = arrow_schema(schema)
+        from engine.connectors.arrowrows import arrow_schema
+        from engine.connectors.batches import data
+
+        out = arrow_schema(self.output_schema(schema))
         local = threading.local()  # a DuckDB connection is used by one thread at a time
 
-        def process(rows: list[tuple]) -> list[tuple]:
-            if not rows:
-                return []
+        def process(batch):
+            if batch.num_rows == 0:
+                return pa.RecordBatch.from_pylist([], schema=out)
             con = getattr(local, "con", None)
             if con is None:
                 con = local.con = connect()
-            return rows_of(self.run(con, to_table(rows, schema, arrow)), out)
+            table = self.run(con, pa.Table.from_batches([data(batch)]))
+            table = table.rename_columns(out.names).cast(out)
+            return (
+                table.combine_chunks().to_batches()[0]
+                if table.num_rows
+                else (pa.RecordBatch.from_pylist([], schema=out))
+            )
 
         return process

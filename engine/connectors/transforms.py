@@ -7,7 +7,11 @@ from __future__ import annotations
 import operator
 import re
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from engine.connectors.base import Option, TransformPlugin
+from engine.connectors.batches import ROW_KIND, ROW_KINDS, kinds
 from engine.connectors.registry import register
 from engine.connectors.schema import Schema, row_kind, with_kind
 
@@ -40,10 +44,24 @@ class FieldMapper(TransformPlugin):
         return Schema(tuple((dst, types[src]) for src, dst in self.config["field_mapper"].items()))
 
     def processor(self, schema: Schema):
-        getter = operator.itemgetter(*[schema.index(s) for s in self.config["field_mapper"]])
-        if len(self.config["field_mapper"]) == 1:
-            return lambda rows: [(getter(r),) for r in rows]
-        return lambda rows: [getter(r) for r in rows]
+        picks = [schema.index(s) for s in self.config["field_mapper"]]
+        return project(picks, list(self.config["field_mapper"].values()))
+
+
+def project(picks: list[int], names: list[str]):
+    """A batch's columns at ``picks`` (a column may be picked twice), named ``names``; the
+    row kind column goes along. Whole columns: no row is touched."""
+
+    def process(batch):
+        columns = [batch.column(i) for i in picks]
+        codes = kinds(batch)
+        if codes is not None:
+            columns, names_out = [*columns, codes], [*names, ROW_KIND]
+        else:
+            names_out = names
+        return pa.RecordBatch.from_arrays(columns, names=names_out)
+
+    return process
 
 
 def include_or_exclude(config: dict, what: str) -> tuple[str | None, list[tuple[str, str]]]:
@@ -82,8 +100,8 @@ class Filter(TransformPlugin):
         return Schema(tuple((n, types[n]) for n in self.kept(schema)))
 
     def processor(self, schema: Schema):
-        idx = [schema.index(n) for n in self.kept(schema)]
-        return lambda rows: [tuple(r[i] for i in idx) for r in rows]
+        kept = self.kept(schema)
+        return project([schema.index(n) for n in kept], kept)
 
 
 _OPS = {
@@ -112,7 +130,7 @@ class RowFilter(TransformPlugin):
             raise ValueError(f"unknown input field: {self.config['field']}")
         return schema
 
-    def processor(self, schema: Schema):
+    def row_processor(self, schema: Schema):
         index = schema.index(self.config["field"])
         kind = dict(schema.fields)[self.config["field"]]
         raw = self.config["value"]
@@ -168,8 +186,9 @@ class Copy(TransformPlugin):
         return Schema(schema.fields + tuple((n, types[e]) for n, e in self.copies().items()))
 
     def processor(self, schema: Schema):
-        picks = [schema.index(e) for e in self.copies().values()]
-        return lambda rows: [with_kind(r + tuple(r[i] for i in picks), row_kind(r)) for r in rows]
+        copies = self.copies()
+        picks = list(range(len(schema.names))) + [schema.index(e) for e in copies.values()]
+        return project(picks, [*schema.names, *copies])
 
 
 def java_replacement(text: str) -> str:
@@ -212,7 +231,7 @@ class Replace(TransformPlugin):
             raise ValueError(f"replace_field: {field} is not a string field")
         return schema
 
-    def processor(self, schema: Schema):
+    def row_processor(self, schema: Schema):
         index, count = schema.index(self.config["replace_field"]), int(self.config["replace_first"])
         if self.config["is_regex"]:
             pattern = re.compile(self.config["pattern"])
@@ -265,7 +284,16 @@ class FilterRowKind(TransformPlugin):
 
     def processor(self, schema: Schema):
         include = self.config["include_kinds"] is not None
-        kinds = {
+        wanted = {
             str(k).upper() for k in self.config["include_kinds" if include else "exclude_kinds"]
         }
-        return lambda rows: [r for r in rows if (row_kind(r) in kinds) == include]
+        codes = pa.array(sorted(ROW_KINDS[k] for k in wanted), pa.int8())
+
+        def process(batch):
+            present = kinds(batch)
+            if present is None:  # every row an INSERT
+                return batch if ("INSERT" in wanted) == include else batch.slice(0, 0)
+            mask = pc.is_in(present, value_set=codes)
+            return batch.filter(mask if include else pc.invert(mask))
+
+        return process

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 
 from engine.connectors import get_plugin
 from engine.connectors.base import SinkWriter
+from engine.connectors.batches import ROW_SOURCE_BATCH, bounded, limits
 from engine.connectors.schema import Schema
 from engine.states import JobMode
 
-BATCH_SIZE = 4096
+#: The rows a row source (``read_rows``) builds at a time; Lane A's read-ahead is the same.
+BATCH_SIZE = ROW_SOURCE_BATCH
 METRICS_INTERVAL = 1.0
 #: A source with nothing due is asked again after IDLE_WAIT_MIN, doubling while it stays idle
 #: up to IDLE_WAIT_MAX (which also bounds how late a barrier is handled by an idle reader).
@@ -56,9 +58,10 @@ class Chain:
     sinks: list[tuple[str, str, SinkWriter]]  # (path, input key, writer)
     paths: dict[str, str] = field(default_factory=dict)
 
-    def push(self, source_key: str, rows: list[tuple]) -> int:
-        """Run one batch through the transforms into every sink; returns rows written."""
-        outputs = {source_key: rows}
+    def push(self, source_key: str, batch) -> int:
+        """Run one batch (an Arrow record batch) through the transforms into every sink;
+        returns rows written."""
+        outputs = {source_key: batch}
         pending = dict(self.steps)
         while pending:
             for key, (input_key, fn) in list(pending.items()):
@@ -67,10 +70,10 @@ class Chain:
                     del pending[key]
         written = 0
         for path, input_key, writer in self.sinks:
-            batch = outputs[input_key]
-            if batch:
-                guarded(path, writer.write, batch)
-                written += len(batch)
+            out = outputs[input_key]
+            if out.num_rows:
+                guarded(path, writer.write, out)
+                written += out.num_rows
         return written
 
 
@@ -163,6 +166,7 @@ def run_reader(
     last_report = time.monotonic()
     completed = False
     idle = 0.0
+    max_rows, max_bytes = limits()
 
     def tick(current: dict) -> None:
         nonlocal last_report
@@ -178,18 +182,17 @@ def run_reader(
         for assignment in splits:
             split_id = assignment["splitId"]
             offset = assignment["offset"]
-            reader = guarded(
-                source_path, source.read, assignment["split"], offset, mode, BATCH_SIZE
-            )
+            reader = guarded(source_path, source.read, assignment["split"], offset, mode, max_rows)
             while not stop.is_set():
                 try:
-                    rows, offset = next(reader)
+                    batch, offset = next(reader)
                 except StopIteration:
                     break
                 except Exception as exc:
                     raise PluginFailure(source_path, exc) from exc
-                if rows:
-                    counters.add(len(rows), chain.push(source_key, rows))
+                if batch is not None and batch.num_rows:
+                    for part in bounded(batch, max_rows, max_bytes):
+                        counters.add(part.num_rows, chain.push(source_key, part))
                     idle = 0.0
                 else:
                     # A paced or idle source: nothing due yet. Wait longer while it stays so

@@ -15,7 +15,10 @@ import threading
 import time
 
 from engine.connectors import get_plugin
+from engine.connectors.arrowrows import arrow_schema
+from engine.connectors.batches import from_rows
 from engine.connectors.managed import reader_for
+from engine.connectors.schema import Schema
 from engine.jobs import checkpoints, lifecycle
 from engine.member.commits import for_reader
 from engine.member.dataplane import (
@@ -156,12 +159,19 @@ class ManagedReaderTask:
             wakeup=self.wake.set,
         )
         source_key = source_node["key"]
+        schema = Schema.from_json(source_node["schema"])
+        arrow = arrow_schema(schema)
 
         def flush() -> None:
-            """The rows of the step just run, through the chain before anything else."""
-            while self._batches:
-                rows = self._batches.pop(0)
-                counters.add(len(rows), chain.push(source_key, rows))
+            """The rows of the step just run, through the chain (as one Arrow batch each)
+            before anything else."""
+            if not self._batches:
+                return
+            # The step's turns as one batch: a turn holds a few dozen rows, and a batch costs
+            # per batch as well as per row.
+            rows = [row for turn in self._batches for row in turn]
+            self._batches.clear()
+            counters.add(len(rows), chain.push(source_key, from_rows(rows, schema, arrow)))
 
         def on_snapshot(snapshot: Snapshot) -> None:
             flush()
