@@ -376,7 +376,7 @@ class Cluster:
             return status, body.decode(errors="replace")
 
     def post(
-        self, path: str, body: dict | None = None, token: str | None = None
+        self, path: str, body: dict | None = None, token: str | None = None, timeout: float = 30
     ) -> tuple[int, Any]:
         """POST JSON to ``path`` with the admin token unless ``token`` is given."""
         request = urllib.request.Request(
@@ -389,7 +389,7 @@ class Cluster:
             },
         )
         try:
-            with urllib.request.urlopen(request, timeout=30) as resp:
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
                 return resp.status, _json_or_text(resp.read())
         except urllib.error.HTTPError as exc:
             return exc.code, _json_or_text(exc.read())

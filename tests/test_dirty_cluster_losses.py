@@ -285,7 +285,8 @@ def submit_many(c: Cluster, count: int) -> list[int]:
         "source": [{"plugin_name": "FakeSource", "plugin_output": "s0", "rows.per-second": 50}],
         "sink": [{"plugin_name": "Blackhole", "plugin_input": "s0"}],
     }
-    code, body = post(c, "/submit-jobs", [config] * count)
+    # Planning 200 jobs in one request took over 30 s on a slow day of this machine.
+    code, body = c.post("/submit-jobs", [config] * count, timeout=120)
     assert code == 200 and len(body) == count, body
     return [int(j["jobId"]) for j in body]
 
