@@ -10,13 +10,12 @@ touches a Python row.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from django.conf import settings
 
-from engine.connectors.arrowrows import arrow_schema, rows_of, schema_of, to_table
+from engine.connectors.arrowrows import rows_of, schema_of, to_table
 from engine.connectors.schema import Schema, row_kind, with_kind
 
 #: The row kind column's name, reserved: a stream's field must not be named so.
@@ -34,10 +33,6 @@ def limits() -> tuple[int, int]:
     return settings.ENGINE["dataplane.batch-rows"], settings.ENGINE["dataplane.batch-bytes"]
 
 
-def empty(schema: Schema) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([], schema=arrow_schema(schema))
-
-
 def data(batch: pa.RecordBatch) -> pa.RecordBatch:
     """The batch without its row kind column (what a sink that knows no kinds writes)."""
     index = batch.schema.get_field_index(ROW_KIND)
@@ -48,13 +43,6 @@ def kinds(batch: pa.RecordBatch) -> pa.Array | None:
     """The row kind codes, or None when every row is an INSERT."""
     index = batch.schema.get_field_index(ROW_KIND)
     return None if index < 0 else batch.column(index)
-
-
-def with_kinds(batch: pa.RecordBatch, codes: pa.Array | None) -> pa.RecordBatch:
-    """``batch`` (without kinds) carrying ``codes``; none, or all INSERT, leaves no column."""
-    if codes is None or pc.all(pc.equal(codes, 0)).as_py() is not False:
-        return batch
-    return batch.append_column(ROW_KIND, codes.cast(pa.int8()))
 
 
 def from_rows(rows: list[tuple], schema: Schema, arrow: pa.Schema | None = None) -> pa.RecordBatch:
@@ -96,11 +84,3 @@ def bounded(batch: pa.RecordBatch, max_rows: int, max_bytes: int) -> Iterator[pa
         return
     for start in range(0, rows, per_slice):
         yield batch.slice(start, per_slice)
-
-
-def rebatch(
-    batches: Iterable[pa.RecordBatch], max_rows: int, max_bytes: int
-) -> Iterator[pa.RecordBatch]:
-    """Every batch of ``batches`` within the bounds (a reader's batches may be any size)."""
-    for batch in batches:
-        yield from bounded(batch, max_rows, max_bytes)

@@ -14,28 +14,11 @@ from psycopg import sql
 from engine.connectors.arrowrows import arrow_type
 from engine.connectors.batches import data
 from engine.connectors.pg_arrow import ingest_type
-from engine.connectors.schema import Schema, kind_args
+from engine.connectors.schema import SCALAR_TYPES, Schema, kind_args
 
 #: Keel kinds the bulk path carries; a stream with another (arrays, maps, nested rows) is
 #: written row by row (their PostgreSQL shapes are many).
-BULK_KINDS = frozenset(
-    (
-        "tinyint",
-        "smallint",
-        "int",
-        "bigint",
-        "float",
-        "double",
-        "decimal",
-        "string",
-        "boolean",
-        "bytes",
-        "date",
-        "time",
-        "timestamp",
-        "null",
-    )
-)
+BULK_KINDS = frozenset(SCALAR_TYPES)
 
 
 def bulk_capable(schema: Schema) -> bool:

@@ -113,6 +113,29 @@ def fence_older_attempts(conn: psycopg.Connection, writer: str, attempt: int) ->
     conn.commit()
 
 
+#: The at-least-once writer's stage: a temporary table of the session, emptied at each commit.
+TEMP_STAGE = sql.Identifier("keel_stage")
+
+
+def temp_stage(table: sql.Composable, cols: sql.Composable) -> sql.Composed:
+    return sql.SQL(
+        "CREATE TEMP TABLE keel_stage ON COMMIT DELETE ROWS AS SELECT {cols} FROM {t} WITH NO DATA"
+    ).format(cols=cols, t=table)
+
+
+def from_temp_stage(
+    table: sql.Composable,
+    cols: sql.Composable,
+    columns: list[str],
+    keys: list[str],
+    casts: dict[str, str] | None = None,
+) -> sql.Composed:
+    """The batch staged in the temporary stage, into the target (an upsert on ``keys``)."""
+    return _insert_from(
+        table, cols, TEMP_STAGE, sql.SQL("true"), sql.SQL("ctid"), columns, keys, casts
+    )
+
+
 class JdbcWriter(SinkWriter):
     """At-least-once writer (no checkpoints): each batch is COPYed into a temporary table and
     upserted (or inserted) at once. Batches go with ADBC's binary COPY (a custom query, or a
@@ -121,10 +144,10 @@ class JdbcWriter(SinkWriter):
     def __init__(self, config: dict, schema: Schema, context: dict) -> None:
         self.custom = custom_statement(config["query"]) if config.get("query") else None
         self.bulk = None
-        name = sink_application_name(
-            context.get("memberUuid", ""), writer_key(context), context.get("attempt", 0)
-        )
         if not self.custom and bulk_capable(schema):
+            name = sink_application_name(
+                context.get("memberUuid", ""), writer_key(context), context.get("attempt", 0)
+            )
             self._open_bulk(config, schema, name)
             return
         self.conn = connect_sink(config, context, writer_key(context))
@@ -134,22 +157,9 @@ class JdbcWriter(SinkWriter):
         self.columns = target_columns(config, schema)
         table = table_ident(config["table"])
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
-        self.conn.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE keel_stage ON COMMIT DELETE ROWS AS "
-                "SELECT {cols} FROM {t} WITH NO DATA"
-            ).format(cols=cols, t=table)
-        )
+        self.conn.execute(temp_stage(table, cols))
         self.conn.commit()
-        self.upsert = _insert_from(
-            table,
-            cols,
-            sql.Identifier("keel_stage"),
-            sql.SQL("true"),
-            sql.SQL("ctid"),
-            self.columns,
-            upsert_keys(config),
-        )
+        self.upsert = from_temp_stage(table, cols, self.columns, upsert_keys(config))
         self.copy = sql.SQL("COPY keel_stage ({cols}) FROM STDIN").format(cols=cols)
 
     def _open_bulk(self, config: dict, schema: Schema, name: str) -> None:
@@ -170,48 +180,34 @@ class JdbcWriter(SinkWriter):
         """Where batches go: straight into an ordinary table when it is a plain insert of
         columns binary COPY writes as they come; else into the temporary stage, moved by an
         INSERT ... SELECT (an upsert on the keys) in the batch's transaction."""
+        keys = upsert_keys(config)
         with adbc.cursor() as cur:
-            cur.execute(
-                psycopg_string(
-                    sql.SQL(
-                        "CREATE TEMP TABLE keel_stage ON COMMIT DELETE ROWS AS "
-                        "SELECT {cols} FROM {t} WITH NO DATA"
-                    ).format(cols=cols, t=table)
+            target_types = column_types(cur, regclass(table))
+            direct = (
+                not keys
+                and plain_table(cur, regclass(table))
+                and all(
+                    writes_directly(kind, target_types[c][0])
+                    for c, kind in zip(self.columns, kinds, strict=True)
                 )
             )
-            stage_types = column_types(cur, "'keel_stage'")
-            texts = text_staged(self.columns, kinds, stage_types)
-            if texts:
-                cur.execute(psycopg_string(to_text_ddl(sql.Identifier("keel_stage"), texts)))
+            if not direct:
+                cur.execute(psycopg_string(temp_stage(table, cols)))
                 stage_types = column_types(cur, "'keel_stage'")
-            target_types = column_types(cur, regclass(table))
-            plain = plain_table(cur, regclass(table))
+                texts = text_staged(self.columns, kinds, stage_types)
+                if texts:
+                    cur.execute(psycopg_string(to_text_ddl(TEMP_STAGE, texts)))
+                    stage_types = column_types(cur, "'keel_stage'")
         adbc.commit()
-        keys = upsert_keys(config)
-        casts = text_casts(self.columns, stage_types, target_types)
-        direct = all(
-            writes_directly(kind, target_types[c][0])
-            for c, kind in zip(self.columns, kinds, strict=True)
-        )
-        if plain and not keys and direct:
+        if direct:
             # A plain insert of columns Arrow writes as they are: straight into the target
             # (what the stage's INSERT ... SELECT would do, without the second copy).
             schema_name, name = split_table(config["table"])
             self.upsert_sql = None
             self.bulk = ArrowStage(adbc, schema_name, name, self.columns, target_types)
             return
-        self.upsert_sql = psycopg_string(
-            _insert_from(
-                table,
-                cols,
-                sql.Identifier("keel_stage"),
-                sql.SQL("true"),
-                sql.SQL("ctid"),
-                self.columns,
-                keys,
-                casts,
-            )
-        )
+        casts = text_casts(self.columns, stage_types, target_types)
+        self.upsert_sql = psycopg_string(from_temp_stage(table, cols, self.columns, keys, casts))
         self.bulk = ArrowStage(adbc, None, "keel_stage", self.columns, stage_types)
 
     def write(self, batch) -> None:

@@ -103,20 +103,17 @@ class Sql(TransformPlugin):
         from engine.connectors.batches import data
 
         out = arrow_schema(self.output_schema(schema))
+        nothing = pa.RecordBatch.from_pylist([], schema=out)
         local = threading.local()  # a DuckDB connection is used by one thread at a time
 
         def process(batch):
             if batch.num_rows == 0:
-                return pa.RecordBatch.from_pylist([], schema=out)
+                return nothing
             con = getattr(local, "con", None)
             if con is None:
                 con = local.con = connect()
             table = self.run(con, pa.Table.from_batches([data(batch)]))
             table = table.rename_columns(out.names).cast(out)
-            return (
-                table.combine_chunks().to_batches()[0]
-                if table.num_rows
-                else (pa.RecordBatch.from_pylist([], schema=out))
-            )
+            return table.combine_chunks().to_batches()[0] if table.num_rows else nothing
 
         return process
