@@ -6,9 +6,15 @@ is copied into an empty table of the same shape, in the same run on the same ser
 - the ADBC pipe: ADBC's PostgreSQL driver reads the table into Arrow and ``adbc_ingest`` writes
   it (binary COPY both ways, in C++): the reference every ratio is to;
 - a binary COPY pipe through psycopg (``COPY ... TO STDOUT`` blocks into ``COPY ... FROM STDIN``);
-- dlt with its connectorx backend, when dlt is installed (``pip install dlt connectorx``);
+- dlt with its connectorx backend, when the ``bench`` extra is installed
+  (``pip install -e '.[bench]'``);
 - Keel: a batch job on a cluster (one master, one worker), at parallelism 1 and 2, with
-  checkpoints off and every second, from its submission to FINISHED (the engine's clock).
+  checkpoints off and every second (through the staging table, and with ``is_exactly_once =
+  true``: prepared transactions), from its submission to FINISHED (the engine's clock).
+
+The data lives on a PostgreSQL server of the bench's own (initdb in a temporary directory,
+``max_prepared_transactions`` set, as two-phase commits need); the engine's database stays on
+the shared server.
 
 Every copy is checked: the target holds every source row once (count, and the sum of ids).
 Then a copy of ``KEEL_BENCH_PG_RSS_ROWS`` rows (10,000,000) at parallelism 2 gives the worker's
@@ -19,34 +25,39 @@ from __future__ import annotations
 
 import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
 import psycopg
 
-from tests.clusterkit import SERVER_URL, Cluster, DatabaseTemplate, wait_for
+from tests.clusterkit import Cluster, DatabaseTemplate, wait_for
+from tests.faultkit import PrivatePostgres
 
 ROWS = int(os.environ.get("KEEL_BENCH_PG_ROWS", "1000000"))
 RSS_ROWS = int(os.environ.get("KEEL_BENCH_PG_RSS_ROWS", "10000000"))
 ROUNDS = int(os.environ.get("KEEL_BENCH_PG_ROUNDS", "3"))
 DATABASE = "keel_bench_pg"
 SHAPE = "(id bigint PRIMARY KEY, name text, amount double precision, ts timestamptz)"
-GOALS = {"p2": 0.7, "p2-checkpointed": 0.5}
+GOALS = {"p2": 0.7, "p2-checkpointed": 0.5, "p2-prepared": 0.5}
 
 JOB = """
 env {{ job.mode = BATCH, parallelism = {parallelism}{checkpoint} }}
-source {{ Jdbc {{ url = "{url}", user = root, password = bench, table = "public.src",
+source {{ Jdbc {{ url = "{url}", user = postgres, password = bench, table = "public.src",
                  split.num = {parallelism} }} }}
-sink {{ Jdbc {{ url = "{url}", user = root, password = bench, table = "public.dst" }} }}
+sink {{ Jdbc {{ url = "{url}", user = postgres, password = bench, table = "public.dst"{sink} }} }}
 """
+
+#: The data's server (set by main): a private one that allows prepared transactions.
+SERVER: list[str] = []
 
 
 def data_url() -> str:
-    return f"{SERVER_URL}/{DATABASE}"
+    return f"{SERVER[0]}/{DATABASE}"
 
 
 def prepare(rows: int) -> None:
-    with psycopg.connect(SERVER_URL, autocommit=True) as conn:
+    with psycopg.connect(f"{SERVER[0]}/postgres", autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {DATABASE}")
     with psycopg.connect(data_url(), autocommit=True) as conn:
@@ -104,12 +115,13 @@ def dlt_pipe() -> float | None:
     except ImportError:
         return None
     started = time.perf_counter()
-    url = data_url().replace("postgres://", "postgresql://")
+    # dlt asks for a password: the server trusts the loopback, so any will do.
+    url = data_url().replace("postgres://postgres@", "postgresql://postgres:bench@")
     pipeline = dlt.pipeline(
         pipeline_name="keel_bench",
         destination=dlt.destinations.postgres(url),
         dataset_name="dlt_copy",
-        progress="log",
+        pipelines_dir=tempfile.mkdtemp(prefix="keel-dlt-"),  # no state from an earlier run
     )
     pipeline.run(sql_table(credentials=url, table="src", backend="connectorx"))
     return time.perf_counter() - started
@@ -123,10 +135,13 @@ def peak_rss(pid: int) -> int:
     return 0
 
 
-def keel_copy(cluster: Cluster, parallelism: int, checkpoint_ms: int) -> float:
-    url = "jdbc:" + data_url().replace("postgres://", "postgresql://")
+def keel_copy(
+    cluster: Cluster, parallelism: int, checkpoint_ms: int, prepared: bool = False
+) -> float:
+    url = "jdbc:" + data_url().replace("postgres://", "postgresql://").replace("postgres@", "")
     checkpoint = f", checkpoint.interval = {checkpoint_ms}" if checkpoint_ms else ""
-    config = JOB.format(parallelism=parallelism, checkpoint=checkpoint, url=url)
+    sink = ", is_exactly_once = true" if prepared else ""
+    config = JOB.format(parallelism=parallelism, checkpoint=checkpoint, url=url, sink=sink)
     code, body = cluster.post("/api/v1/jobs", {"config": config})
     assert code == 201, body
     job_id = body["jobId"]
@@ -154,14 +169,17 @@ def rate(rows: int, seconds: list[float]) -> float:
 
 
 def main() -> None:
+    server = PrivatePostgres({"max_prepared_transactions": 16}).start()
+    SERVER.append(server.url)
     prepare(ROWS)
     times: dict[str, list[float]] = {}
     template = DatabaseTemplate()
     cluster = Cluster(template, masters=1, workers=1, slots=4)
     keel_runs = {
-        "p1": (1, 0),
-        "p2": (2, 0),
-        "p2-checkpointed": (2, 1000),
+        "p1": (1, 0, False),
+        "p2": (2, 0, False),
+        "p2-checkpointed": (2, 1000, False),
+        "p2-prepared": (2, 1000, True),
     }
     try:
         cluster.up()
@@ -170,9 +188,10 @@ def main() -> None:
                 reset_target()
                 times.setdefault(name, []).append(run())
                 check_target(ROWS, name)
-            for name, (parallelism, checkpoint_ms) in keel_runs.items():
+            for name, (parallelism, checkpoint_ms, prepared) in keel_runs.items():
                 reset_target()
-                times.setdefault(name, []).append(keel_copy(cluster, parallelism, checkpoint_ms))
+                seconds = keel_copy(cluster, parallelism, checkpoint_ms, prepared)
+                times.setdefault(name, []).append(seconds)
                 check_target(ROWS, f"Keel {name}")
         reset_target()
         dlt_seconds = dlt_pipe()
@@ -183,7 +202,9 @@ def main() -> None:
             "copy": "psycopg binary COPY pipe",
             "p1": "Keel Jdbc -> Jdbc, parallelism 1",
             "p2": "Keel Jdbc -> Jdbc, parallelism 2",
-            "p2-checkpointed": "Keel, parallelism 2, a checkpoint every second",
+            "p2-checkpointed": "Keel, parallelism 2, a checkpoint every second (staging table)",
+            "p2-prepared": "Keel, parallelism 2, a checkpoint every second, is_exactly_once"
+            " (prepared transactions)",
         }
         for name, label in labels.items():
             value = rate(ROWS, times[name])
@@ -191,7 +212,7 @@ def main() -> None:
             runs = ", ".join(f"{ROWS / s:,.0f}" for s in times[name])
             print(f"  {label}: {value:,.0f} rows/s, {value / reference:.2f}x{goal} [{runs}]")
         if dlt_seconds is None:
-            print("  dlt (connectorx): not installed (pip install dlt connectorx to compare)")
+            print("  dlt (connectorx): not installed (pip install -e '.[bench]' to compare)")
         else:
             value = ROWS / dlt_seconds
             keel = rate(ROWS, times["p2"])
@@ -203,19 +224,19 @@ def main() -> None:
             prepare(RSS_ROWS)
             worker = cluster.pid("worker-1")
             before = peak_rss(worker)
-            seconds = keel_copy(cluster, 2, 1000)
+            seconds = keel_copy(cluster, 2, 1000, prepared=True)
             check_target(RSS_ROWS, "the RSS copy")
             after = peak_rss(worker)
             print(
-                f"{RSS_ROWS:,} rows at parallelism 2, checkpointed: {RSS_ROWS / seconds:,.0f}"
+                f"{RSS_ROWS:,} rows at parallelism 2, checkpointed (prepared transactions):"
+                f" {RSS_ROWS / seconds:,.0f}"
                 f" rows/s; the worker's peak RSS {after / 2**20:.0f} MiB"
                 f" (before the copy {before / 2**20:.0f} MiB; goal <= 400 MiB)"
             )
     finally:
         cluster.down()
         template.drop_all()
-        with psycopg.connect(SERVER_URL, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        server.__exit__(None, None, None)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 keyless Jdbc target, and a batch job per fault; each fault in turn, then the data checked.
 
 Used by tests/test_chaos.py (asserts) and bench/chaos (prints). The engine's database is on the
-private server (the PostgreSQL restart hits it); the jobs' source and target tables live on the
-machine's shared server, so the data is checked across every fault of the engine's own.
+private server (the PostgreSQL restart hits it); the batch jobs' tables live on the machine's
+shared server (written through the staging table), the streaming job's on a third server that
+allows prepared transactions (``is_exactly_once``: two-phase commits), so the data is checked
+across every fault of the engine's own, through both exactly-once writers.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 500,
       job.retry.interval.seconds = 0, job.retry.times = 100 }}
 source {{ FakeSource {{ split.num = {splits}, rows.per-second = 300,
                        schema {{ fields {{ id = bigint, name = string }} }} }} }}
-sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = stream }} }}
+sink {{ Jdbc {{ url = "{url}", user = postgres, password = t, table = stream,
+              is_exactly_once = true }} }}
 """
 BATCH = """
 env {{ job.mode = BATCH, parallelism = 2, checkpoint.interval = 500,
@@ -56,9 +59,13 @@ class Outcome:
 
 
 class Chaos:
-    def __init__(self, cluster: Cluster, postgres: PrivatePostgres, redis, data_url: str) -> None:
+    def __init__(
+        self, cluster: Cluster, postgres: PrivatePostgres, redis, data_url: str, stream_url: str
+    ) -> None:
         self.c, self.postgres, self.redis, self.data_url = cluster, postgres, redis, data_url
         self.jdbc = "jdbc:" + data_url.replace("postgres://", "postgresql://")
+        #: The streaming job's target, written with two-phase commits (is_exactly_once).
+        self.stream_url = stream_url
         self.stream_job = 0
         self.batches = 0
 
@@ -70,9 +77,10 @@ class Chaos:
         return body["jobId"]
 
     def start_streaming(self) -> None:
-        with psycopg.connect(self.data_url, autocommit=True) as conn:
+        with psycopg.connect(self.stream_url, autocommit=True) as conn:
             conn.execute("CREATE TABLE stream (id bigint, name text)")
-        self.stream_job = self.submit(STREAMING.format(splits=SPLITS, url=self.jdbc))
+        jdbc = "jdbc:" + self.stream_url.replace("postgres://postgres@", "postgresql://")
+        self.stream_job = self.submit(STREAMING.format(splits=SPLITS, url=jdbc))
         self.wait_flowing(time.monotonic())
 
     def start_batch(self) -> tuple[int, str]:
@@ -140,7 +148,7 @@ class Chaos:
         checkpoint's cut (read in that order, so both bounds hold at the moment of reading).
         Split ``s`` holds ids ``s, s + SPLITS, s + 2 * SPLITS, ...`` (FakeSource)."""
         committed = self._offsets("a.committed_at IS NOT NULL")
-        with psycopg.connect(self.data_url) as conn:
+        with psycopg.connect(self.stream_url) as conn:
             seen = [
                 conn.execute(
                     "SELECT count(*), count(DISTINCT id), max(id),"
@@ -313,7 +321,16 @@ def chaos_cluster() -> Iterator[Chaos]:
     with admin_conn() as conn:
         conn.execute(f'CREATE DATABASE "{data}"')
     try:
-        with PrivatePostgres() as postgres, PrivateRedis() as redis:
+        with (
+            PrivatePostgres() as postgres,
+            PrivateRedis() as redis,
+            # The streaming job's target: a server that allows prepared transactions (the
+            # shared one does not) and that no fault restarts (a sink's failure is not a lost
+            # member: the job would fail, as Zeta's would).
+            PrivatePostgres({"max_prepared_transactions": 16}) as stream_server,
+        ):
+            with psycopg.connect(f"{stream_server.url}/postgres", autocommit=True) as conn:
+                conn.execute("CREATE DATABASE keel_stream")
             template = DatabaseTemplate(postgres.url)
             try:
                 with Cluster(
@@ -324,7 +341,13 @@ def chaos_cluster() -> Iterator[Chaos]:
                     heartbeat_timeout=2.0,
                     redis_url=redis.url,
                 ) as cluster:
-                    chaos = Chaos(cluster, postgres, redis, f"{SERVER_URL}/{data}")
+                    chaos = Chaos(
+                        cluster,
+                        postgres,
+                        redis,
+                        f"{SERVER_URL}/{data}",
+                        f"{stream_server.url}/keel_stream",
+                    )
                     chaos.start_streaming()
                     yield chaos
             finally:

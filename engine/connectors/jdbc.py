@@ -18,6 +18,7 @@ from engine.connectors import pg_arrow
 from engine.connectors.arrowrows import arrow_schema
 from engine.connectors.base import Option, SinkPlugin, SinkWriter, SourcePlugin
 from engine.connectors.batches import bounded, limits
+from engine.connectors.jdbc_prepared import open_prepared_writer
 from engine.connectors.jdbc_statements import (
     FIELD_IDE,
     QUERY_STATEMENT,
@@ -383,14 +384,22 @@ class JdbcSink(SinkPlugin):
         Option("enable_upsert", bool, default=True, help="false: insert even with primary_keys"),
         Option("generate_sink_sql", bool, default=True, help="Keel writes a table's SQL itself"),
         Option("field_ide", str, default="ORIGINAL", choices=tuple(FIELD_IDE)),
+        Option(
+            "is_exactly_once",
+            bool,
+            default=False,
+            help="checkpointed: two-phase commit with PostgreSQL's prepared transactions "
+            "(each row written once; the server's max_prepared_transactions must allow one per "
+            "reader and checkpoint in flight); else rows go through a staging table, exactly "
+            "once too",
+        ),
     )
     ignored_options = COMMON_IGNORED | {
         "batch_size": "each batch a reader hands the sink is written with one COPY",
         "max_retries": "a failed write is retried by recovery from the last checkpoint",
         "support_upsert_by_query_primary_key_exist": "upserts on primary_keys use "
         "INSERT ... ON CONFLICT, which is what it asks for",
-        "is_exactly_once": "a checkpointed job's Jdbc sink is always exactly once",
-        "xa_data_source_class_name": "exactly once needs no XA here (a staging table)",
+        "xa_data_source_class_name": "is_exactly_once prepares PostgreSQL transactions itself",
         "max_commit_attempts": "a commit that fails is retried from the checkpoint",
         "transaction_timeout_sec": "sink sessions end idle transactions after 10 s",
         "auto_commit": "each batch is one transaction",
@@ -444,5 +453,9 @@ class JdbcSink(SinkPlugin):
 
     def writer(self, schema: Schema, context: dict) -> SinkWriter:
         if context.get("checkpointing"):
+            if self.config.get("is_exactly_once"):
+                writer = open_prepared_writer(self.config, schema, context)
+                if writer is not None:
+                    return writer
             return ExactlyOnceJdbcWriter(self.config, schema, context)
         return JdbcWriter(self.config, schema, context)

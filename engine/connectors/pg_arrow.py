@@ -73,11 +73,12 @@ def uri(config: dict, application_name: str, options: str = "") -> str:
     )
 
 
-def connect(config: dict, application_name: str, options: str = ""):
-    """An ADBC session on the job's database (not autocommitting)."""
+def connect(config: dict, application_name: str, options: str = "", autocommit: bool = False):
+    """An ADBC session on the job's database (not autocommitting unless asked: a session that
+    runs its own BEGIN, PREPARE TRANSACTION and COMMIT autocommits)."""
     import adbc_driver_postgresql.dbapi as adbc
 
-    return adbc.connect(uri(config, application_name, options))
+    return adbc.connect(uri(config, application_name, options), autocommit=autocommit)
 
 
 def select_list(columns: list[tuple[str, str, str]]) -> sql.Composable:

@@ -20,10 +20,11 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q, Sum
+from django.db.models import Exists, F, Max, OuterRef, Q, Sum
 from django.db.models.functions import Now
 
 from engine import counters
+from engine.connectors.jdbc_prepared import settle_job
 from engine.models import (
     Checkpoint,
     ControlStep,
@@ -38,6 +39,7 @@ from engine.models import (
 from engine.states import (
     CLEANUP_OPEN,
     JOB_TERMINAL,
+    CheckpointState,
     CleanupKind,
     CleanupState,
     SlotState,
@@ -235,6 +237,7 @@ def _remove_job_state(record: JobCleanupRecord) -> str:
         ]
     )
     freed = _free_slots_held(job)
+    settled = _settle_prepared(job)
     acks, _ = TaskCheckpoint.objects.filter(checkpoint__job=job).delete()
     checkpoints, _ = Checkpoint.objects.filter(job=job).delete()
     splits, _ = SplitAssignment.objects.filter(pipeline__job=job).delete()
@@ -244,7 +247,37 @@ def _remove_job_state(record: JobCleanupRecord) -> str:
     return (
         f"{pipelines} pipelines, {task_groups} task groups, {checkpoints} checkpoints "
         f"({acks} acks), {splits} split assignments, {steps} control steps, {freed} slots freed"
+        + settled
     )
+
+
+def _settle_prepared(job: Job) -> str:
+    """Transactions the job's two-phase Jdbc sinks left prepared (a cancel, a failure with no
+    retry left): committed up to their pipeline's newest completed checkpoint, the rest rolled
+    back, so none holds its locks and the server's oldest transaction horizon for ever. It
+    runs before the checkpoints go; a database that cannot be reached fails the record, which
+    is retried."""
+    if not job.uuid:
+        return ""
+    sinks: dict[tuple, dict] = {}
+    for plan in Pipeline.objects.filter(job=job).values_list("plan", flat=True):
+        for node in (plan or {}).get("sinks", []):
+            config = node.get("config") or {}
+            if node.get("plugin") == "Jdbc" and config.get("is_exactly_once"):
+                sinks.setdefault((config.get("url"), config.get("user")), config)
+    if not sinks:
+        return ""
+    completed = dict(
+        Checkpoint.objects.filter(job=job, state=CheckpointState.COMPLETED)
+        .values("pipeline__index")
+        .annotate(newest=Max("id"))
+        .values_list("pipeline__index", "newest")
+    )
+    committed = rolled_back = 0
+    for config in sinks.values():
+        done = settle_job(config, str(job.uuid), completed)
+        committed, rolled_back = committed + done[0], rolled_back + done[1]
+    return f", prepared transactions: {committed} committed, {rolled_back} rolled back"
 
 
 def _free_slots_held(job: Job) -> int:

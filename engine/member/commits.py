@@ -149,6 +149,7 @@ def for_reader(thread, group, restored: int | None) -> tuple[ReaderCommits, dict
         "memberUuid": str(thread.runtime.member.uuid),
         "jobName": group.job.name,
         "checkpointing": checkpointing,
+        "checkpointInterval": group.job.env.get("checkpoint.interval"),
         "restoredCheckpoint": restored,
     }
     return commits, context
