@@ -124,3 +124,22 @@ def test_column_transforms_keep_each_rows_kind():
     inserts_only = from_rows([(1, "a")], schema)
     assert processor(FilterRowKind, deletes, schema)(inserts_only).num_rows == 0
     assert processor(FilterRowKind, others, schema)(inserts_only).num_rows == 1
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        "source { FakeSource { schema { fields { __keel_row_kind = int } } } }"
+        " sink { Blackhole { } }",
+        "source { FakeSource { schema { fields { id = int } } } }"
+        " transform { FieldMapper { field_mapper { id = __keel_row_kind } } }"
+        " sink { Blackhole { } }",
+    ],
+)
+def test_a_field_named_as_the_row_kind_column_is_refused(config):
+    from engine.jobconfig import ConfigError
+    from engine.jobs.planner import plan_job
+
+    with pytest.raises(ConfigError) as refused:
+        plan_job("env { job.mode = BATCH }\n" + config)
+    assert "__keel_row_kind is reserved" in str(refused.value.errors)

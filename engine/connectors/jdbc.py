@@ -148,7 +148,6 @@ class JdbcSource(SourcePlugin):
         Option("split.num", int, default=4, min=1),
         Option("partition_lower_bound", int, help="the lowest value of the ranges' stride"),
         Option("partition_upper_bound", int, help="the highest value of the ranges' stride"),
-        Option("fetch_size", int, default=1000, min=1),
     )
     aliases = {"partition_num": "split.num"}
     ignored_options = (
@@ -169,6 +168,8 @@ class JdbcSource(SourcePlugin):
             "decimal_type_narrowing": "numeric columns are read as decimals",
             "int_type_narrowing": "integer columns keep their type",
             "handle_blob_as_string": "bytea is read as bytes",
+            "fetch_size": "each split is read with one binary COPY, in batches of "
+            "engine.dataplane.batch-rows rows",
         }
     )
 

@@ -15,6 +15,7 @@ from django.conf import settings
 
 from engine.connectors import get_plugin, plugin_names, validate_block
 from engine.connectors.base import Option
+from engine.connectors.batches import ROW_KIND
 from engine.jobconfig import SECTIONS, ConfigError, PluginBlock, parse_job_config
 from engine.jobs.multitable import mentions_table, per_table
 from engine.sourceruntime import LEGACY, Lane, SourceRuntime
@@ -370,6 +371,13 @@ def _pipelines(sources, transforms, sinks, plugins, errors) -> list[PipelinePlan
     return pipelines
 
 
+def _reserved_field(path: str, schema, errors: list[dict]) -> None:
+    """A stream may not name a field as the data plane's row-kind column (it would be read as
+    each row's kind)."""
+    if ROW_KIND in schema.names:
+        errors.append({"path": path, "message": f"the field name {ROW_KIND} is reserved"})
+
+
 def _propagate_schema(plan: PipelinePlan, plugins: dict, errors: list[dict]) -> None:
     try:
         schemas = {plan.source.key: plugins[plan.source.path].output_schema()}
@@ -377,6 +385,7 @@ def _propagate_schema(plan: PipelinePlan, plugins: dict, errors: list[dict]) -> 
         errors.append({"path": plan.source.path, "message": f"cannot read its schema: {exc}"})
         return
     plan.source.schema = schemas[plan.source.key].to_json()
+    _reserved_field(plan.source.path, schemas[plan.source.key], errors)
     pending = list(plan.transforms)
     while pending:
         progressed = False
@@ -385,6 +394,7 @@ def _propagate_schema(plan: PipelinePlan, plugins: dict, errors: list[dict]) -> 
                 try:
                     schemas[t.key] = plugins[t.path].output_schema(schemas[t.input])
                     t.schema = schemas[t.key].to_json()
+                    _reserved_field(t.path, schemas[t.key], errors)
                 except ValueError as exc:
                     errors.append({"path": t.path, "message": str(exc)})
                     schemas[t.key] = schemas[t.input]
