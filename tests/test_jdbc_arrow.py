@@ -5,6 +5,8 @@ cannot write is staged as text and cast back by PostgreSQL."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import psycopg
 import pytest
 
@@ -203,6 +205,24 @@ def test_a_value_the_target_cannot_take_fails_its_batch_not_a_later_commit(db):
             writer.write(from_rows([(2, "not a uuid")], schema))
     finally:
         writer.abort()
+
+
+def test_a_number_over_its_columns_precision_fails_its_batch_not_a_later_commit(db):
+    url, dsn = db
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE staged ALTER COLUMN n TYPE numeric(5, 2)")
+    schema = Schema((("id", "bigint"), ("n", "decimal(38, 18)")))
+    writer = writer_for(url, schema, attempt=1)
+    try:
+        writer.write(from_rows([(1, Decimal("123.45"))], schema))
+        with pytest.raises(Exception, match="overflow"):
+            writer.write(from_rows([(2, Decimal("12345.6"))], schema))
+        writer.prepare_commit(1)
+        writer.commit({"checkpoint": 1})  # what was written commits
+    finally:
+        writer.abort()
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT id, n FROM staged").fetchall() == [(1, Decimal("123.45"))]
 
 
 def test_a_view_and_a_too_long_value_take_the_insert_path(db):

@@ -71,6 +71,16 @@ def text_casts(
     }
 
 
+def write_checks(casts: dict[str, str], target_types: dict[str, tuple[str, str]]) -> dict:
+    """{column: the type its staged text is parsed as when written}: the commit's cast, or
+    for a numeric with a precision the full type, whose explicit cast fails on an overflow as
+    the commit's assignment would (a too-long string fails binary COPY into the stage)."""
+    return {
+        column: target_types[column][1] if target_types[column][0] == "numeric" else cast
+        for column, cast in casts.items()
+    }
+
+
 def unmodified(base: str) -> str:
     """A type without modifiers as a cast takes it: ``character`` alone means ``char(1)`` and
     ``bit`` means ``bit(1)``, so those are cast to ``bpchar`` and ``varbit``."""

@@ -28,6 +28,7 @@ from engine.connectors.jdbc_statements import (
     target_columns,
     text_casts,
     upsert_keys,
+    write_checks,
 )
 from engine.connectors.pg import connect, split_table, table_ident
 from engine.connectors.schema import Schema, kind_args
@@ -353,7 +354,7 @@ class ExactlyOnceJdbcWriter(SinkWriter):
             self.columns,
             stage_types,
             {"keel_writer": self.writer},
-            self.casts,
+            write_checks(self.casts, target_types),
         )
 
     def _ensure_stage(self, schema_name: str, name: str, schema: Schema) -> None:
