@@ -3,21 +3,28 @@
 Every format reads to records (lists by position, or dicts by name) that the source converts to
 the schema, and writes through a ``PartFile`` that the sink publishes with a rename once closed.
 Parquet and ORC go through pyarrow, Excel through openpyxl; text, csv and json are written here
-(a few lines each), optionally gzip-compressed.
+(a few lines each), optionally gzip-compressed. ``arrow_records`` reads text, csv, json lines,
+Parquet and ORC as Arrow batches instead, record for record as ``records`` does.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import io
 import json
 import os
+import re
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
-from engine.connectors.schema import Schema, jsonable, kind_args
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.connectors.schema import Schema, jsonable, kind_args, row_fields
 
 FORMATS = ("text", "csv", "json", "parquet", "orc", "excel", "binary")
 #: The file name suffix of each format's parts (as SeaTunnel's, but JSON lines are ``jsonl``).
@@ -65,7 +72,7 @@ def records(path: Path, config: dict, names: list[str], relative: str = ""):
     """The records of one file, in order: lists (by position) or dicts (by name)."""
     fmt = config["file_format_type"]
     if fmt in ("parquet", "orc"):
-        yield from _arrow_records(path, fmt, names)
+        yield from (r for b in _columnar(path, fmt, names) for r in b.to_pylist())
     elif fmt == "excel":
         yield from _excel_records(path, config)
     elif fmt == "binary":
@@ -90,22 +97,6 @@ def records(path: Path, config: dict, names: list[str], relative: str = ""):
                         yield line.rstrip("\r").split(field)
 
 
-def _arrow_records(path: Path, fmt: str, names: list[str]):
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        parquet = pq.ParquetFile(path)
-        wanted = [n for n in names if n in parquet.schema_arrow.names] or None
-        for batch in parquet.iter_batches(batch_size=4096, columns=wanted):
-            yield from batch.to_pylist()
-    else:
-        from pyarrow import orc
-
-        table = orc.ORCFile(path).read()
-        for batch in table.to_batches(4096):
-            yield from batch.to_pylist()
-
-
 def arrow_schema_of(path: Path, fmt: str) -> Schema:
     """The schema a Parquet or ORC file declares, in Keel's types."""
     if fmt == "parquet":
@@ -119,6 +110,157 @@ def arrow_schema_of(path: Path, fmt: str) -> Schema:
     from engine.connectors.arrowrows import schema_of
 
     return schema_of(schema)
+
+
+# -- reading as Arrow batches --------------------------------------------------------------------
+
+
+class Unsupported(Exception):
+    """What pyarrow cannot read or write exactly as the row path does: that goes through rows."""
+
+
+#: Failures of a batch path that the row path answers instead (with its own error, if any).
+ARROW_FAILURES = (Unsupported, pa.ArrowException, ValueError, TypeError, LookupError, OSError)
+#: What Python's ``str.strip()`` strips.
+PY_SPACE = "".join(c for c in map(chr, range(0x3001)) if c.isspace())
+
+
+def family(kind: str) -> str:
+    """A kind's base; integers are "integer", floats (and a decimal without precision) "number"."""
+    base, args = kind_args(kind)
+    if base in ("tinyint", "smallint", "int", "bigint"):
+        return "integer"
+    return "number" if base in ("float", "double") or (base == "decimal" and not args) else base
+
+
+def arrow_records(
+    path: Path, config: dict, fields: list[tuple[str, str]], from_path: set[str]
+) -> Iterator[pa.RecordBatch]:
+    """The file's records as batches, a row a record as ``records`` counts them: Parquet and ORC
+    columns as the file types them, text and csv fields as strings by position (``f0``...),
+    json lines' ``fields`` in JSON types (Unsupported where a line names one of ``from_path``)."""
+    fmt = config["file_format_type"]
+    if fmt in ("parquet", "orc"):
+        return _columnar(path, fmt, [n for n, _ in fields])
+    if fmt in ("text", "csv"):
+        return _delimited(path, config, fmt)
+    if fmt != "json":
+        raise Unsupported(f"{fmt} files are read as rows")
+    kind = pa.struct([(n, _json_type(k)) for n, k in fields if k != "null"])
+    return _json_lines(path, config, kind, from_path)
+
+
+def _columnar(path: Path, fmt: str, names: list[str]) -> Iterator[pa.RecordBatch]:
+    """Parquet or ORC batches of the columns of ``names`` the file has (all if it has none)."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        parquet = pq.ParquetFile(path)
+        columns = [n for n in names if n in parquet.schema_arrow.names] or None
+        return parquet.iter_batches(columns=columns)
+    from pyarrow import orc
+
+    file = orc.ORCFile(path)
+    columns = [n for n in names if n in file.schema.names] or None
+    return (file.read_stripe(i, columns=columns) for i in range(file.nstripes))
+
+
+def _text_source(path: Path, config: dict, whole: bool):
+    """A function opening the file's text afresh, and its encoding for pyarrow: the bytes read
+    whole as UTF-8 (``whole``: the text format splits at ``\\n`` only), else the stream."""
+    name = codecs.lookup(config.get("encoding") or "utf-8").name
+    encoding = "utf8" if name == "utf-8" else name
+    gz = config.get("compress_codec") == "gzip" or path.suffix == ".gz"
+    opener = lambda: pa.input_stream(str(path), compression="gzip" if gz else None)  # noqa: E731
+    with opener() as stream:
+        data = stream.read() if whole else stream.read(3)
+    if encoding == "utf8" and data.startswith(codecs.BOM_UTF8):
+        raise Unsupported("a byte order mark, which Python keeps")
+    if not whole:
+        return opener, encoding
+    data = data if encoding == "utf8" else data.decode(encoding).encode()
+    if data.count(b"\r") != data.count(b"\r\n"):
+        raise Unsupported("a carriage return inside a line")
+    return lambda: pa.BufferReader(data), "utf8"
+
+
+def _delimited(path: Path, config: dict, fmt: str) -> Iterator[pa.RecordBatch]:
+    """Fields of text, csv (quoted, as Python's csv module reads them while no escape character
+    comes) or json lines (a line a field) as strings, all rows as wide as the first."""
+    import pyarrow.csv as pcsv
+
+    delimiter = "\x1e" if fmt == "json" else text_delimiter(config["field_delimiter"])
+    quote = fmt == "csv" and (config.get("quote_char") or '"')
+    escape = fmt == "csv" and config.get("escape_char")  # left in a field: pyarrow kept it
+    lines = fmt != "text" or text_delimiter(config.get("row_delimiter") or "\n") == "\n"
+    if len(delimiter) != 1 or not lines or escape in (delimiter, quote or None):
+        raise Unsupported("a delimiter, or an escape character, that pyarrow reads otherwise")
+    opener, encoding = _text_source(path, config, whole=fmt == "text")
+    parse = pcsv.ParseOptions(delimiter=delimiter, quote_char=quote, newlines_in_values=bool(quote))
+    read = pcsv.ReadOptions(autogenerate_column_names=True, encoding=encoding)
+    with opener() as stream, pcsv.open_csv(stream, read, parse) as first:
+        names = [f"f{i}" for i in range(len(first.schema))]
+    strings = pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()))
+    with opener() as stream:
+        for batch in pcsv.open_csv(stream, read, parse, strings):
+            if escape and any(pc.any(pc.match_substring(c, escape)).as_py() for c in batch.columns):
+                raise Unsupported("an escape character, which Python's csv reads its own way")
+            yield batch
+
+
+JSON_TYPES = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
+
+
+def _json_type(kind: str) -> pa.DataType:
+    """The JSON type ``convert`` takes a value of ``kind`` in as it is (a string where it parses
+    text): pyarrow's read of any other fails."""
+    base, args = kind_args(kind)
+    if base == "map":
+        raise Unsupported("a map from JSON, which pyarrow reads only as a struct")
+    if base in ("array", "row"):
+        members = [(n, _json_type(k)) for n, k in row_fields(kind)] if base == "row" else []
+        return pa.list_(_json_type(args[0])) if base == "array" else pa.struct(members)
+    return JSON_TYPES.get(family(kind), pa.string())
+
+
+def _json_lines(path: Path, config: dict, kind: pa.StructType, from_path: set[str]):
+    """Each non-blank line parsed alone, as ``json.loads`` parses it: wrapped as ``{"v": line}``,
+    a line that is not one object fails pyarrow's read."""
+    import pyarrow.json as pjson
+
+    keys = [_key_pattern(n) for n in sorted(from_path)]
+    schema = pa.schema([("v", kind)])
+    parse = pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    for batch in _delimited(path, config, "json"):
+        lines = batch.column(0)  # a second column: a record separator, which JSON refuses
+        lines = lines.filter(pc.not_equal(pc.utf8_trim(lines, PY_SPACE), ""))
+        named = any(pc.any(pc.match_substring_regex(lines, k)).as_py() for k in keys)
+        if named or batch.num_columns > 1:
+            raise Unsupported("a line naming a field its directory gives")
+        if not len(lines):
+            continue
+        wrapped = joined(pc.binary_join_element_wise('{"v": ', lines, "}\n", ""))
+        options = pjson.ReadOptions(block_size=max(len(wrapped), 1 << 20))
+        table = pjson.read_json(pa.BufferReader(wrapped), options, parse)
+        if table.num_rows != len(lines):
+            raise Unsupported("a line holding more than one value")
+        yield pa.RecordBatch.from_struct_array(table.column("v").combine_chunks().cast(kind))
+
+
+def _key_pattern(name: str) -> str:
+    """``name`` as a JSON object's key, each character as it is or escaped (``\\u0069``)."""
+    hexes = ["".join(f"[{h}{h.upper()}]" for h in f"{ord(c):04x}") for c in name]
+    either = "".join(f"(?:{re.escape(c)}|\\\\u{h})" for c, h in zip(name, hexes, strict=True))
+    return f'"{either}"[ \\t\\r\\n]*:'
+
+
+def joined(lines: pa.Array) -> bytes:
+    """The concatenated text of a string array without nulls, straight from its buffer."""
+    if not len(lines):
+        return b""
+    _, offsets, data = lines.buffers()
+    bounds = pa.Array.from_buffers(pa.int32(), len(lines) + 1, [None, offsets], offset=lines.offset)
+    return data[bounds[0].as_py() : bounds[-1].as_py()].to_pybytes()
 
 
 def _excel_records(path: Path, config: dict):
@@ -159,6 +301,10 @@ class PartFile:
         self.rows = 0
 
     def write(self, rows: list[tuple]) -> None:
+        raise NotImplementedError
+
+    def put(self, encoded: Any, rows: int) -> None:
+        """``rows`` rows that the sink encoded from a batch (text, or a table for pyarrow)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -216,6 +362,10 @@ class TextPart(PartFile):
             out.write("\n")
         self.fh.write(out.getvalue())
 
+    def put(self, encoded: str, rows: int) -> None:
+        self.rows += rows
+        self.fh.write(encoded)
+
     def close(self) -> None:
         if self.fh.closed:
             return
@@ -262,6 +412,10 @@ class ArrowPart(PartFile):
             return
         self.rows += len(rows)
         self.writer.write(to_table(rows, self.schema, self.arrow_schema))
+
+    def put(self, encoded: pa.Table, rows: int) -> None:
+        self.rows += rows
+        self.writer.write(encoded)
 
     def close(self) -> None:
         if self.closed:

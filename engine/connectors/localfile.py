@@ -4,23 +4,34 @@ in ``localfile_sink``)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.connectors.arrowrows import arrow_schema, arrow_type
 from engine.connectors.base import Option, SourcePlugin
 from engine.connectors.boundaries import Refused, resolve_file_path
 from engine.connectors.fileformats import (
+    ARROW_FAILURES,
     BINARY_SCHEMA,
     CODECS,
     FORMATS,
+    PY_SPACE,
+    Unsupported,
+    arrow_records,
     arrow_schema_of,
+    family,
     records,
     text_delimiter,
 )
 from engine.connectors.registry import register
-from engine.connectors.schema import Schema, convert, parse_schema
+from engine.connectors.schema import Schema, convert, kind_args, parse_schema, row_fields
 from engine.sourceruntime.capability import ManagedSourceCapability
 
 FILE_FORMAT = Option("file_format_type", str, default="csv", choices=FORMATS)
@@ -194,6 +205,58 @@ class LocalFileSource(LocalFile, SourcePlugin):
             for i, p in enumerate(self.files())
         ]
 
+    def read(self, split: dict, offset: int, mode: str, batch_size: int):
+        """The file's records from ``offset`` as batches made by pyarrow's readers (offsets count
+        records as ``read_rows`` does). A format, option or value that they cannot read as the
+        row path does goes through rows from where the batches stopped."""
+        done = offset
+        try:
+            for batch in self.batches(resolve_file_path(split["path"]), offset, batch_size):
+                done += batch.num_rows
+                yield batch, done
+        except ARROW_FAILURES:
+            yield from super().read(split, done, mode, batch_size)
+
+    def batches(self, path: Path, offset: int, batch_size: int) -> Iterator[pa.RecordBatch]:
+        """The output batches of the file's records from ``offset``, fields found as
+        ``converter`` finds them (a record of another width is Unsupported)."""
+        out, null = self.output_schema(), self.config.get("null_format")
+        partition = self.partition_of(path)
+        found = arrow_records(path, self.config, list(out.fields), set(partition))
+        found = _skipping(found, self.config["skip_header_rows"])
+        first = next(found, None)
+        if first is None:
+            return
+        if self.config.get("csv_use_header_line") and self.config["file_format_type"] == "csv":
+            columns = {h: f"f{i}" for i, h in enumerate(c[0].as_py() for c in first.columns)}
+            first = first.slice(1)
+        else:
+            columns = self.columns_of(first, partition)
+        schema = arrow_schema(out)
+        for batch in _skipping(itertools.chain([first], found), offset):
+            for start in range(0, batch.num_rows, batch_size):
+                part = batch.slice(start, batch_size)
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        conform(part.column(columns[n]), k, null)
+                        if n in columns
+                        else pa.repeat(conform(pa.array([partition.get(n)]), k, null)[0], len(part))
+                        for n, k in out.fields
+                    ],
+                    schema=schema,
+                )
+
+    def columns_of(self, batch: pa.RecordBatch, partition: dict) -> dict[str, str]:
+        """Which column of the file's batches holds each field (the rest: from the path)."""
+        names, fmt = batch.schema.names, self.config["file_format_type"]
+        if fmt not in ("text", "csv"):  # a json line's field never shadows the path's
+            return {n: n for n in names if not (fmt == "json" and n in partition)}
+        full = self.full_schema(self.config).names
+        in_file = [n for n in full if n not in partition]
+        if len(names) != len(full) and not (partition and len(names) == len(in_file)):
+            raise Unsupported(f"records of {len(names)} fields, the schema {len(full)}")
+        return dict(zip(full if len(names) == len(full) else in_file, names, strict=True))
+
     def read_rows(self, split: dict, offset: int, mode: str, batch_size: int):
         """Records of the file from ``offset`` (records, not lines: blank lines are skipped and
         a quoted CSV field may span lines). A record of the wrong width fails the task."""
@@ -230,14 +293,7 @@ class LocalFileSource(LocalFile, SourcePlugin):
         full = self.full_schema(self.config)
         out = self.output_schema()
         null = self.config.get("null_format")
-        partition = {}
-        if self.config.get("parse_partition_from_path"):
-            root = resolve_file_path(self.config["path"])
-            relative = path.parent.relative_to(root) if root.is_dir() else Path()
-            partition = {
-                k: None if v == HIVE_NULL else unquote(v)  # the sink's escaping, undone
-                for k, v in (p.split("=", 1) for p in relative.parts if "=" in p)
-            }
+        partition = self.partition_of(path)
         from_path = [n for n in full.names if n in partition]
         in_file = [n for n in full.names if n not in partition]
         wanted = [(n, k) for n, k in out.fields]
@@ -265,6 +321,27 @@ class LocalFileSource(LocalFile, SourcePlugin):
 
         return convert_record
 
+    def partition_of(self, path: Path) -> dict[str, str | None]:
+        """The fields that the ``k=v`` directories of ``path`` under the source's path give."""
+        if not self.config.get("parse_partition_from_path"):
+            return {}
+        root = resolve_file_path(self.config["path"])
+        relative = path.parent.relative_to(root) if root.is_dir() else Path()
+        return {
+            k: None if v == HIVE_NULL else unquote(v)  # the sink's escaping, undone
+            for k, v in (p.split("=", 1) for p in relative.parts if "=" in p)
+        }
+
+
+def _skipping(batches: Iterator[pa.RecordBatch], count: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` without their first ``count`` rows."""
+    for batch in batches:
+        if count < batch.num_rows:
+            yield batch.slice(count)
+            count = 0
+        else:
+            count -= batch.num_rows
+
 
 def _files(directory: Path, config: dict) -> list[Path]:
     """The files under ``directory`` (partition directories included), hidden ones and Keel's
@@ -285,3 +362,110 @@ def _files(directory: Path, config: dict) -> list[Path]:
                 else Path(root) / name
             )
     return sorted(found)
+
+
+# -- values as the row path converts them (schema.convert), a column at a time ---------------------
+
+#: Spellings that pyarrow's parsers read as Python does (``0x1f`` or ``...T10:00Z`` go as rows).
+TEXT = {
+    "integer": r"^-?[0-9]+$",
+    "number": r"^-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$",
+    "date": r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$",
+    "time": r"^[0-9]{2}(:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?)?$",
+    "timestamp": r"^[0-9]{4}-[0-9]{2}-[0-9]{2}"
+    r"([T ][0-9]{2}(:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?)?)?$",
+}
+TRUE = pa.array(["true", "1", "t", "yes"])
+
+
+def conform(column: pa.Array, kind: str, null: str | None) -> pa.Array:
+    """``column``, as a file holds it, in ``kind``'s Arrow type valued as ``convert`` values it;
+    Unsupported (or pyarrow's error) where the whole column cannot be converted so."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if pa.types.is_large_string(column.type) or str(column.type) == "string_view":
+        column = column.cast(pa.string())
+    source, target, kinds = column.type, arrow_type(kind), family(kind)
+    if kinds == "null" or pa.types.is_null(source):
+        return pa.nulls(len(column), target)
+    if pa.types.is_string(source):
+        empty = pc.or_kleene(pc.equal(column, ""), pc.equal(column, null or ""))
+        return _from_text(pc.if_else(empty, None, column), kinds, target)
+    if kinds in ("array", "map", "row"):
+        return _nested(column, kind, null)
+    if kinds == "boolean" and pa.types.is_integer(source):
+        return pc.equal(column, 1)  # str(value) is "1" for 1 only
+    if kinds == "decimal" and pa.types.is_integer(source):
+        column = column.cast(pa.decimal128(38, target.scale))  # wide enough for any integer
+    if source == target or _castable(column.type, kinds):
+        return column.cast(target)  # safe: what would round or overflow fails
+    raise Unsupported(f"{source} as {kind}")
+
+
+def _castable(source: pa.DataType, kinds: str) -> bool:
+    """Whether pyarrow's safe cast from ``source`` gives what ``convert`` does (or fails)."""
+    t = pa.types
+    whole = t.is_integer(source) or t.is_boolean(source)
+    return {
+        "integer": whole or t.is_floating(source) or t.is_decimal(source),
+        "number": whole or t.is_floating(source),
+        "decimal": t.is_decimal(source),
+        "string": t.is_integer(source),
+        "bytes": t.is_binary(source) or t.is_large_binary(source) or t.is_fixed_size_binary(source),
+        "date": t.is_date(source),
+        "time": t.is_time(source),
+        "timestamp": t.is_timestamp(source) or t.is_date(source),
+    }.get(kinds, False)
+
+
+def _from_text(column: pa.Array, kinds: str, target: pa.DataType) -> pa.Array:
+    """Text as ``convert`` reads it, for the spellings that pyarrow parses the same way."""
+    if kinds in ("string", "bytes"):
+        return column.cast(target)
+    if kinds == "boolean":
+        words = pc.utf8_lower(pc.utf8_trim(column, PY_SPACE))
+        return pc.if_else(pc.is_null(column), None, pc.is_in(words, TRUE))
+    spelling = TEXT.get("number" if kinds == "decimal" else kinds)
+    if spelling is None or pc.any(pc.invert(pc.match_substring_regex(column, spelling))).as_py():
+        raise Unsupported(f"{kinds} text that pyarrow does not read as Python does")
+    if kinds in ("date", "timestamp") and pc.any(pc.starts_with(column, "0000")).as_py():
+        raise Unsupported("year 0, which Python refuses")
+    if kinds == "time":  # a time of day of the epoch, as pyarrow parses timestamps only
+        column = pc.binary_join_element_wise("1970-01-01T", column, "").cast(pa.timestamp("us"))
+    return column.cast(pa.float64() if kinds == "number" else target).cast(target)
+
+
+def _nested(column: pa.Array, kind: str, null: str | None) -> pa.Array:
+    """Arrays, maps and rows converted member by member, as ``convert`` recurses."""
+    base, args = kind_args(kind)
+    mask, source, target = column.is_null(), column.type, arrow_type(kind)
+    if base == "row" and pa.types.is_struct(source):
+        present = [source.field(i).name for i in range(source.num_fields)]
+        if len(set(present)) != len(present):
+            raise Unsupported("a struct naming a field twice")
+        children = [
+            conform(column.field(n), k, null) if n in present else pa.nulls(len(column), f.type)
+            for (n, k), f in zip(row_fields(kind), target, strict=True)
+        ]
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+    lists = pa.types.is_list(source) or pa.types.is_large_list(source)
+    if not (base == "array" and lists) and not (base == "map" and pa.types.is_map(source)):
+        raise Unsupported(f"{source} as {kind}")
+    column = pa.concat_arrays([column])  # not sliced: its offsets index its members
+    offsets = column.offsets.cast(pa.int32())
+    if base == "array":
+        members = conform(column.values, args[0], null)
+        return pa.ListArray.from_arrays(offsets, members, type=target, mask=mask)
+    if has_repeated_keys(column):
+        raise Unsupported("a map repeating a key, which the row path keeps once")
+    keys, items = conform(column.keys, args[0], None), conform(column.items, args[1], None)
+    return pa.MapArray.from_arrays(offsets, keys, items, type=target, mask=mask)
+
+
+def has_repeated_keys(column: pa.Array) -> bool:
+    """Whether some map of ``column`` holds a key twice (a dict in the row path keeps one)."""
+    t = column.type  # as lists of entries, which pyarrow's list functions take
+    entries = column.cast(pa.list_(pa.struct([t.key_field, t.item_field])))
+    pairs = pa.table({"row": pc.list_parent_indices(entries), "key": entries.flatten().field(0)})
+    return pairs.group_by(["row", "key"]).aggregate([]).num_rows < pairs.num_rows

@@ -5,14 +5,28 @@ restarted pipeline never leaves duplicates behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from datetime import datetime
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.connectors.arrowrows import arrow_schema
 from engine.connectors.base import Option, SinkPlugin, SinkWriter
 from engine.connectors.boundaries import Refused, resolve_file_path
-from engine.connectors.fileformats import SUFFIX, PartFile, open_part
+from engine.connectors.fileformats import (
+    ARROW_FAILURES,
+    SUFFIX,
+    PartFile,
+    Unsupported,
+    family,
+    joined,
+    open_part,
+    text_delimiter,
+)
 from engine.connectors.localfile import (
     COMMON_IGNORED,
     COMPRESS,
@@ -24,10 +38,11 @@ from engine.connectors.localfile import (
     SHEET,
     TMP_DIR,
     LocalFile,
+    has_repeated_keys,
     within_roots,
 )
 from engine.connectors.registry import register
-from engine.connectors.schema import Schema
+from engine.connectors.schema import Schema, kind_args, row_fields
 
 
 def java_time_format(pattern: str) -> str:
@@ -76,6 +91,7 @@ class Layout:
         if self.partition_by and not config.get("is_partition_field_write_in_file"):
             columns = [c for c in columns if c not in self.partition_by]
         self.schema = schema.project(columns)
+        self.kinds = schema.kinds
         self.picks = [schema.index(c) for c in columns]
         self.partition_picks = [schema.index(c) for c in self.partition_by]
 
@@ -86,12 +102,33 @@ class Layout:
             return {"": [tuple(row[i] for i in picks) for row in rows]}
         out: dict[str, list[tuple]] = {}
         for row in rows:
-            out.setdefault(self.partition_dir(row), []).append(tuple(row[i] for i in picks))
+            values = [partition_value(row[i]) for i in self.partition_picks]
+            out.setdefault(self.partition_dir(values), []).append(tuple(row[i] for i in picks))
         return out
 
-    def partition_dir(self, row: tuple) -> str:
+    def split_batch(self, batch: pa.RecordBatch) -> dict[str, pa.RecordBatch]:
+        """``split`` for a batch (its row kinds left out): directories as rows first name them."""
+        picked = batch.select(self.picks)
+        if not self.partition_picks:
+            return {"": picked}
+        values = []  # partition_value of each value: escaped, so without "/"
+        for i in self.partition_picks:
+            text = pc.fill_null(py_text(batch.column(i), self.kinds[i]), HIVE_NULL)
+            for char, escape in (("%", "%25"), ("/", "%2F"), ("\\", "%5C")):
+                text = pc.replace_substring(text, char, escape)
+            values.append(pc.replace_substring_regex(text, r"^\.", "%2E"))
+        keys = pc.binary_join_element_wise(*values, "/").dictionary_encode()
+        names = pa.array([self.partition_dir(k.split("/")) for k in keys.dictionary.to_pylist()])
+        groups = names.take(keys.indices).dictionary_encode()
+        grouped = picked.take(pc.sort_indices(groups.indices))  # stable: rows keep their order
+        counts = pc.value_counts(groups.indices).field("counts")
+        starts = pc.subtract(pc.cumulative_sum(counts), counts).to_pylist()
+        slices = map(grouped.slice, starts, counts.to_pylist())
+        return dict(zip(groups.dictionary.to_pylist(), slices, strict=True))
+
+    def partition_dir(self, values: list[str]) -> str:
+        """The directory of the partition fields' values (``partition_value``s)."""
         expression = self.config.get("partition_dir_expression")
-        values = [partition_value(row[i]) for i in self.partition_picks]
         if not expression:
             parts = [f"{k}={v}" for k, v in zip(self.partition_by, values, strict=True)]
             return "/".join(parts)
@@ -158,6 +195,17 @@ class LocalFileWriter(SinkWriter):
             )
             self.parts[partition] = open_part(tmp, self.layout.schema, self.config)
         return self.parts[partition]
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Each part's rows of the batch encoded whole (``encode``), else the batch as rows."""
+        try:
+            groups = {p: g for p, g in self.layout.split_batch(batch).items() if g.num_rows}
+            encoded = {p: encode(g, self.layout.schema, self.config) for p, g in groups.items()}
+        except ARROW_FAILURES:
+            super().write(batch)
+            return
+        for partition, group in groups.items():
+            self.part(partition).put(encoded[partition], group.num_rows)
 
     def write_rows(self, rows: list[tuple]) -> None:
         if self.layout.format == "binary":
@@ -248,6 +296,130 @@ class CheckpointedLocalFileWriter(LocalFileWriter):
             part.close()
             os.replace(part.path, self.layout.target(partition, "-end"))
         self.parts.clear()
+
+
+# -- batches encoded as the row path writes them, a column at a time ------------------------------
+
+
+def encode(batch: pa.RecordBatch, schema: Schema, config: dict) -> pa.Table | str:
+    """A table for pyarrow's writers, or text; Unsupported where rows would write otherwise."""
+    fmt, row = config["file_format_type"], text_delimiter(config.get("row_delimiter") or "\n")
+    columns = list(zip(batch.columns, schema.fields, strict=True))
+    if fmt in ("parquet", "orc"):
+        for c, (_, k) in columns:  # the rows write a map with each key once
+            inner = k.count("map<") - k.startswith("map<")  # maps inside another type
+            if inner or (k.startswith("map<") and has_repeated_keys(c)):
+                raise Unsupported("a map that may repeat a key")
+        # pyarrow's ORC writer misplaces the members of a sliced struct: a copy is not sliced
+        arrays = [pa.concat_arrays([c]) if fmt == "orc" else c for c in batch.columns]
+        return pa.Table.from_arrays(arrays, schema=arrow_schema(schema))
+    if fmt not in ("json", "csv", "text"):
+        raise Unsupported(f"{fmt} parts are written from rows")
+    if fmt == "json":
+        return joined(_concat("{", _json_object(columns), "}\n")).decode()
+    delimiter = text_delimiter(config["field_delimiter"])
+    texts = [pc.fill_null(py_text(c, k, decoded=fmt == "text"), "") for c, (_, k) in columns]
+    texts = _csv_fields(texts, delimiter, row) if fmt == "csv" else texts
+    return joined(_concat(pc.binary_join_element_wise(*texts, delimiter), row)).decode()
+
+
+def _concat(*parts) -> pa.Array:
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _csv_fields(texts: list[pa.Array], delimiter: str, row: str) -> list[pa.Array]:
+    """Quoted as Python's csv writer does: a delimiter, quote or line end inside, a lone ""."""
+    special = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in {delimiter, '"', *row}) + "]"
+    quoted = [_concat('"', pc.replace_substring(t, '"', '""'), '"') for t in texts]
+    needs = [pc.match_substring_regex(t, special) for t in texts]
+    out = list(map(pc.if_else, needs, quoted, texts))
+    return [pc.if_else(pc.equal(out[0], ""), '""', out[0])] if len(out) == 1 else out
+
+
+def py_text(column: pa.Array, kind: str, decoded: bool = False) -> pa.Array:
+    """``str()`` of each value of the row model, nulls kept; bytes ``decoded`` or Unsupported."""
+    kinds = family(kind)
+    if kinds in ("integer", "string", "decimal", "date", "null", "bytes" if decoded else ""):
+        return column.cast(pa.string())  # a decimal as Python's str(Decimal); bad UTF-8 fails
+    if kinds in ("number", "boolean"):
+        return float_text(column) if kinds == "number" else pc.if_else(column, "True", "False")
+    if kinds not in ("time", "timestamp"):
+        raise Unsupported(f"{kind} as text")
+    text = pc.replace_substring(column.cast(pa.string()), " ", "T", max_replacements=1)
+    return pc.replace_substring_regex(text, r"\.000000$", "")
+
+
+#: Python's notation for the same shortest digits: exponents of 2 digits, below 1e-4, not to 1e16.
+REPR = [(r"e-([0-9])$", r"e-0\1")]
+REPR += [(rf"^(-?)0\.{'0' * z}([1-9])([0-9]*)$", rf"\1\2.\3e-0{z + 1}") for z in (5, 4)]
+REPR += [(r"\.e", "e")]
+REPR += [(rf"^(-?)([1-9])\.([0-9]{{{p}}})([0-9]+)e\+{p}$", r"\1\2\3.\4") for p in range(10, 16)]
+
+
+def float_text(column: pa.Array) -> pa.Array:
+    """``repr()`` of each value, from pyarrow's shortest round-trip digits."""
+    x = column.cast(pa.float64())
+    text = pc.cast(x, pa.string())
+    whole = pc.and_(pc.equal(pc.floor(x), x), pc.less(pc.abs(x), 1e16))  # "1700000000000.0"
+    digits = pc.if_else(whole, x, 0).cast(pa.int64()).cast(pa.string())
+    text = pc.if_else(whole, _concat(pc.if_else(pc.equal(x, 0), text, digits), ".0"), text)
+    same = r"^-?([1-9][0-9]*\.[0-9]+|0\.0{0,3}[1-9][0-9]*|0\.0)$"
+    odd = pc.invert(pc.match_substring_regex(text, same))
+    if not pc.any(odd).as_py():
+        return text
+    fixed = text.filter(odd)
+    for pattern, replacement in REPR:
+        fixed = pc.replace_substring_regex(fixed, pattern, replacement)
+    return pc.replace_with_mask(text, odd, fixed)
+
+
+#: How json.dumps (ensure_ascii) escapes the characters it writes as two.
+JSON_ESCAPES = [(c, json.dumps(c)[1:-1]) for c in '\\"\n\r\t\x08\x0c']
+
+
+def json_text(column: pa.Array, kind: str) -> pa.Array:
+    """Each value as json.dumps writes its ``jsonable`` value ("null" for null)."""
+    kinds = family(kind)
+    if kinds in ("boolean", "integer", "number"):
+        text = pc.if_else(column, "true", "false") if kinds == "boolean" else py_text(column, kind)
+        text = pc.replace_substring(pc.replace_substring(text, "nan", "NaN"), "inf", "Infinity")
+    elif kinds == "row":
+        text = _concat("{", _json_object([(column.field(f[0]), f) for f in row_fields(kind)]), "}")
+    elif kinds in ("array", "map"):
+        text = _json_members(column, kind)
+    else:
+        text = json_string(py_text(column, kind, decoded=True))
+    return pc.if_else(column.is_null(), "null", text)
+
+
+def _json_object(columns: list[tuple[pa.Array, tuple[str, str]]]) -> pa.Array:
+    """``"name": value, ...`` of each row of the columns (each with its field)."""
+    members = [_concat(f"{json.dumps(n)}: ", json_text(c, k)) for c, (n, k) in columns]
+    return pc.binary_join_element_wise(*members, ", ")
+
+
+def _json_members(column: pa.Array, kind: str) -> pa.Array:
+    """An array as ``[a, b]``, a map as ``{"k": v}``."""
+    base, args = kind_args(kind)
+    column = pa.concat_arrays([column])  # not sliced: its offsets index its members
+    if base == "map" and has_repeated_keys(column):
+        raise Unsupported("a map repeating a key, which the row path keeps once")
+    if base == "array":
+        members = json_text(column.values, args[0])
+    else:
+        key = json_string(py_text(column.keys, args[0]))
+        members = _concat(key, ": ", json_text(column.items, args[1]))
+    inner = pc.binary_join(pa.ListArray.from_arrays(column.offsets, members), ", ")
+    return _concat("[", inner, "]") if base == "array" else _concat("{", inner, "}")
+
+
+def json_string(text: pa.Array) -> pa.Array:
+    """Text as json.dumps quotes it; Unsupported where it writes ``\\uXXXX`` (non-ASCII...)."""
+    if pc.any(pc.match_substring_regex(text, r"[^\x20-\x7e\t\n\r\x08\x0c]")).as_py():
+        raise Unsupported("characters that json.dumps writes as \\u escapes")
+    for char, escape in JSON_ESCAPES:
+        text = pc.replace_substring(text, char, escape)
+    return _concat('"', text, '"')
 
 
 @register
