@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.connectors.arrowrows import rows_of
 from engine.connectors.base import Option, TransformPlugin
 from engine.connectors.batches import ROW_KIND, ROW_KINDS, kinds
+from engine.connectors.re2syntax import re2_pattern, re2_rewrite
 from engine.connectors.registry import register
 from engine.connectors.schema import Schema, row_kind, with_kind
 
@@ -112,6 +115,22 @@ _OPS = {
     ">": operator.gt,
     ">=": operator.ge,
 }
+#: The same comparisons on whole columns.
+_COLUMN_OPS = {
+    "==": pc.equal,
+    "!=": pc.not_equal,
+    "<": pc.less,
+    "<=": pc.less_equal,
+    ">": pc.greater,
+    ">=": pc.greater_equal,
+}
+#: How RowFilter converts its value for a field of each kind; any other kind compares it as
+#: the string it is.
+_VALUE_TYPES = {"int": int, "bigint": int, "double": float, "float": float, "decimal": float}
+#: Kinds whose row values are strings (times as their ISO text), so a string value orders
+#: against them; against any other kind it is only ever unequal.
+_TEXT_KINDS = ("string", "timestamp", "date", "time")
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 @register
@@ -130,25 +149,101 @@ class RowFilter(TransformPlugin):
             raise ValueError(f"unknown input field: {self.config['field']}")
         return schema
 
-    def row_processor(self, schema: Schema):
-        index = schema.index(self.config["field"])
-        kind = dict(schema.fields)[self.config["field"]]
+    def comparison(self, schema: Schema) -> tuple[int, str, str, Callable[[str], object]]:
+        """(the field's index, its kind, the operator, the value's conversion)."""
+        field = self.config["field"]
+        kind = dict(schema.fields)[field]
+        return schema.index(field), kind, self.config["op"], _VALUE_TYPES.get(kind, str)
+
+    def processor(self, schema: Schema):
+        index, kind, op, convert = self.comparison(schema)
         raw = self.config["value"]
-        convert = {
-            "int": int,
-            "bigint": int,
-            "double": float,
-            "float": float,
-            "decimal": float,
-        }.get(kind, str)
-        op = _OPS[self.config["op"]]
+
+        def process(batch: pa.RecordBatch) -> pa.RecordBatch:
+            value = convert(raw)  # raises (and fails the task) if the value does not convert
+            return batch.filter(compare(batch.column(index), kind, op, value))
+
+        return process
+
+    def row_processor(self, schema: Schema):
+        """The row model's RowFilter: what ``processor`` computes on columns, row by row."""
+        index, _, op, convert = self.comparison(schema)
+        raw, test = self.config["value"], _OPS[op]
 
         def process(rows):
             value = convert(raw)  # raises (and fails the task) if the value does not convert
             # SQL semantics: a NULL (None) compares as neither true nor false: the row goes.
-            return [r for r in rows if r[index] is not None and op(r[index], value)]
+            return [r for r in rows if r[index] is not None and test(r[index], value)]
 
         return process
+
+
+def compare(column: pa.Array, kind: str, op: str, value) -> pa.Array:
+    """Where ``column <op> value`` holds as Python compares the column's row values (a null
+    never holds): on the whole column where Arrow's comparison agrees with Python's, else value
+    by value (which raises where Python does)."""
+    mask = _column_compare(column, kind, op, value)
+    return mask if mask is not None else _python_compare(column, kind, op, value)
+
+
+def _column_compare(column: pa.Array, kind: str, op: str, value) -> pa.Array | None:
+    """The comparison with Arrow's kernels, or None where they could answer otherwise than
+    Python (an ordering between a string and a number raises in Python)."""
+    arrow_type = column.type
+    if isinstance(value, int) and pa.types.is_signed_integer(arrow_type):
+        if not _INT64[0] <= value <= _INT64[1]:  # beyond every int64: the same for all rows
+            return _every_valid(column, _OPS[op](0, value))
+        return _COLUMN_OPS[op](column, pa.scalar(value, pa.int64()))
+    if isinstance(value, float) and pa.types.is_floating(arrow_type):
+        return _COLUMN_OPS[op](column.cast(pa.float64()), pa.scalar(value, pa.float64()))
+    if not isinstance(value, str):
+        return None
+    if kind not in _TEXT_KINDS:  # a string is unequal to every other Python value
+        return _every_valid(column, op == "!=") if op in ("==", "!=") else None
+    text = column if kind == "string" else iso_text(column)
+    if text is None or not (pa.types.is_string(text.type) and _utf8(value)):
+        return None
+    return _COLUMN_OPS[op](text, pa.scalar(value, pa.string()))
+
+
+def _every_valid(column: pa.Array, holds: bool) -> pa.Array:
+    """A mask that selects every non-null row when ``holds``, else none."""
+    return pc.is_valid(column) if holds else pa.nulls(len(column), pa.bool_())
+
+
+def _python_compare(column: pa.Array, kind: str, op: str, value) -> pa.Array:
+    """The row model's comparison on the column's row values, one by one."""
+    test = _OPS[op]
+    values = rows_of(pa.Table.from_arrays([column], names=["v"]), Schema((("v", kind),)))
+    return pa.array([v is not None and test(v, value) for (v,) in values], pa.bool_())
+
+
+#: What ``iso_text`` formats: Arrow's text for them differs from ``isoformat`` only by the
+#: date-time separator and a zero fraction of a second.
+_ISO_TYPES = (pa.timestamp("us"), pa.date32(), pa.time64("us"))
+
+
+def iso_text(column: pa.Array) -> pa.Array | None:
+    """A time column as the row model's ISO strings (``datetime.isoformat``: a ``T`` between
+    date and time, no fraction when it is zero), or None for a type it does not format."""
+    if column.type not in _ISO_TYPES:
+        return None
+    text = column.cast(pa.string())  # "2024-01-02 03:04:05.000000"
+    if pa.types.is_date(column.type):
+        return text
+    if pa.types.is_timestamp(column.type):
+        text = pc.binary_replace_slice(text, start=10, stop=11, replacement="T")
+    whole = pc.ends_with(text, ".000000")
+    return pc.if_else(whole, pc.utf8_slice_codeunits(text, 0, -7), text)
+
+
+def _utf8(text: str) -> bool:
+    """Whether Arrow can hold ``text`` as a string (a lone surrogate it cannot)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @register
@@ -231,19 +326,45 @@ class Replace(TransformPlugin):
             raise ValueError(f"replace_field: {field} is not a string field")
         return schema
 
-    def row_processor(self, schema: Schema):
-        index, count = schema.index(self.config["replace_field"]), int(self.config["replace_first"])
+    def replacer(self) -> Callable[[str], str]:
+        """The replacement of one value, as Python does it (the row model's, and the batch
+        path's where Arrow's kernels could answer otherwise)."""
+        count = int(self.config["replace_first"])
         if self.config["is_regex"]:
             pattern = re.compile(self.config["pattern"])
             replacement = java_replacement(self.config["replacement"])
+            return lambda value: pattern.sub(replacement, value, count=count)
+        old, new = self.config["pattern"], self.config["replacement"]
+        return lambda value: value.replace(old, new, 1 if count else -1)
 
-            def replace(value: str) -> str:
-                return pattern.sub(replacement, value, count=count)
-        else:
-            old, new = self.config["pattern"], self.config["replacement"]
+    def column_replacer(self) -> Callable[[pa.Array], pa.Array | None] | None:
+        """The replacement of a whole column with Arrow's kernels, or None where they could
+        answer otherwise than Python (the function itself answers None for a column it
+        cannot do)."""
+        old, new = self.config["pattern"], self.config["replacement"]
+        most = 1 if self.config["replace_first"] else None
+        if self.config["is_regex"]:
+            return _regex_replacer(old, java_replacement(new), most)
+        if not old or not (_utf8(old) and _utf8(new)):  # Arrow has no empty-pattern rule
+            return None
+        return lambda column: pc.replace_substring(column, old, new, max_replacements=most)
 
-            def replace(value: str) -> str:
-                return value.replace(old, new, 1 if count else -1)
+    def processor(self, schema: Schema):
+        index = schema.index(self.config["replace_field"])
+        on_column, on_value = self.column_replacer(), self.replacer()
+
+        def process(batch: pa.RecordBatch) -> pa.RecordBatch:
+            column = batch.column(index)
+            replaced = on_column(column) if on_column is not None else None
+            if replaced is None:
+                replaced = _each_value(column, on_value)
+            return batch.set_column(index, batch.schema.field(index), replaced)
+
+        return process
+
+    def row_processor(self, schema: Schema):
+        """The row model's Replace: what ``processor`` computes on columns, row by row."""
+        index, replace = schema.index(self.config["replace_field"]), self.replacer()
 
         def process(rows):
             return [
@@ -254,6 +375,40 @@ class Replace(TransformPlugin):
             ]
 
         return process
+
+
+def _regex_replacer(
+    pattern: str, replacement: str, most: int | None
+) -> Callable[[pa.Array], pa.Array | None] | None:
+    """``re.sub(pattern, replacement)`` on whole columns with RE2, or None where RE2 could
+    answer otherwise (``engine.connectors.re2syntax``)."""
+    translated = re2_pattern(pattern)
+    rewrite = re2_rewrite(re.compile(pattern), replacement)
+    if (
+        translated is None
+        or rewrite is None
+        or (translated.repeated_groups and rewrite[1])
+        or (translated.anchored and most is not None)
+    ):
+        return None
+    try:  # RE2 refuses what it cannot compile (a size limit): Python answers instead
+        pc.replace_substring_regex(pa.array([""]), translated.text, rewrite[0])
+    except pa.ArrowInvalid:
+        return None
+
+    def replace(column: pa.Array) -> pa.Array | None:
+        if translated.ascii_only and pc.all(pc.string_is_ascii(column)).as_py() is False:
+            return None
+        return pc.replace_substring_regex(
+            column, translated.text, rewrite[0], max_replacements=most
+        )
+
+    return replace
+
+
+def _each_value(column: pa.Array, fn: Callable[[str], str]) -> pa.Array:
+    """``fn`` applied to every non-null value of a string column."""
+    return pa.array([None if v is None else fn(v) for v in column.to_pylist()], column.type)
 
 
 @register
