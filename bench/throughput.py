@@ -1,5 +1,7 @@
 """Data-plane throughput: FakeSource -> Blackhole rows/s per slot on a real cluster, beside a bare
-Python loop that generates the same rows and consumes them in one process (goal: ratio >= 0.9).
+Python loop that generates the same rows and consumes them in one process: the row model's cost
+without an engine around it. The data plane carries Arrow batches, so the goal is a ratio of at
+least 10.
 
 The engine figure is one reader's rows divided by the time its data plane ran (measured by the
 reader's runtime thread in a worker process, with the whole engine around it: heartbeats, Celery
@@ -61,7 +63,7 @@ def main() -> None:
         b = statistics.median(r[index] for r in bare)
         print(
             f"{label}: engine FakeSource -> Blackhole per slot {e:,.0f} rows/s; "
-            f"bare loop {b:,.0f} rows/s; ratio {e / b:.2f} (goal >= 0.9)"
+            f"bare loop {b:,.0f} rows/s; ratio {e / b:.2f} (goal >= 10)"
         )
     print(
         "runs (engine wall, bare wall): "
