@@ -10,6 +10,7 @@ SeaTunnel's have the same name there: ``upper``, ``concat``, ``regexp_replace``,
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 
@@ -94,6 +95,31 @@ class Sql(TransformPlugin):
         except ValueError as exc:
             raise ValueError(f"query: {exc}") from None
 
+    def projection(self, schema: Schema, out) -> list[int] | None:
+        """The input column behind each output column when the query only selects columns
+        (``select a, b as c from dual``, ``select *``) and each keeps its type: the batch's
+        own columns are then the answer, with no query planned per batch (DuckDB's planning
+        of each batch costs more than its rows). None for any other query."""
+        from engine.connectors.arrowrows import arrow_schema
+
+        con = connect()
+        try:
+            tree = json.loads(
+                con.execute("SELECT json_serialize_sql(?)", [self.config["query"]]).fetchall()[0][0]
+            )
+        finally:
+            con.close()
+        statements = tree.get("statements") or []
+        if tree.get("error") or len(statements) != 1:
+            return None
+        columns = _selected_columns(statements[0]["node"], schema.names, self.table_names())
+        if columns is None or len(columns) != len(out):
+            return None
+        given = arrow_schema(schema)
+        if any(given.field(i).type != out.field(k).type for k, i in enumerate(columns)):
+            return None
+        return columns
+
     def processor(self, schema: Schema):
         """DuckDB reads the batch where it lies (Arrow, no copy) and answers in Arrow; the
         answer is cast to the planned output types. Rows it makes are INSERTs."""
@@ -104,6 +130,13 @@ class Sql(TransformPlugin):
 
         out = arrow_schema(self.output_schema(schema))
         nothing = pa.RecordBatch.from_pylist([], schema=out)
+        columns = self.projection(schema, out)
+        if columns is not None:
+
+            def select(batch):
+                return pa.RecordBatch.from_arrays([batch.column(i) for i in columns], schema=out)
+
+            return select
         local = threading.local()  # a DuckDB connection is used by one thread at a time
 
         def process(batch):
@@ -117,3 +150,64 @@ class Sql(TransformPlugin):
             return table.combine_chunks().to_batches()[0] if table.num_rows else nothing
 
         return process
+
+
+#: Parts of a SELECT that make it more than a choice of columns (DuckDB's parse tree).
+_CLAUSES = ("where_clause", "having", "sample", "qualify", "group_expressions", "group_sets")
+
+
+def _selected_columns(node: dict, names: list[str], tables: list[str]) -> list[int] | None:
+    """For ``SELECT col [AS alias], ... | * FROM <table>`` and nothing more, the index of the
+    input column each output column is (resolved as DuckDB does: exact, else the one name
+    equal ignoring case); else None."""
+    source = node.get("from_table") or {}
+    if (
+        node.get("type") != "SELECT_NODE"
+        or node.get("modifiers")
+        or (node.get("cte_map") or {}).get("map")
+        or any(node.get(clause) for clause in _CLAUSES)
+        or node.get("aggregate_handling", "STANDARD_HANDLING") != "STANDARD_HANDLING"
+        or source.get("type") != "BASE_TABLE"
+        or source.get("schema_name")
+        or source.get("catalog_name")
+        or source.get("sample")
+        or source.get("at_clause")
+        or source.get("column_name_alias")
+        or source.get("table_name", "").lower() not in {t.lower() for t in tables}
+    ):
+        return None
+    qualifiers = {source["table_name"].lower(), (source.get("alias") or "").lower()} - {""}
+    columns: list[int] = []
+    for item in node.get("select_list") or []:
+        if item.get("class") == "STAR" and not any(
+            item.get(key)
+            for key in (
+                "exclude_list",
+                "replace_list",
+                "rename_list",
+                "qualified_exclude_list",
+                "columns",
+                "expr",
+            )
+        ):
+            if item.get("relation_name") and item["relation_name"].lower() not in qualifiers:
+                return None
+            columns += range(len(names))
+            continue
+        path = item.get("column_names") or []
+        if item.get("class") != "COLUMN_REF" or not 1 <= len(path) <= 2:
+            return None
+        if len(path) == 2 and path[0].lower() not in qualifiers:
+            return None
+        index = _resolve(path[-1], names)
+        if index is None:
+            return None
+        columns.append(index)
+    return columns or None
+
+
+def _resolve(name: str, names: list[str]) -> int | None:
+    if name in names:
+        return names.index(name)
+    matches = [i for i, n in enumerate(names) if n.lower() == name.lower()]
+    return matches[0] if len(matches) == 1 else None
