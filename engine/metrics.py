@@ -3,10 +3,10 @@ web process answers the same and a scrape sees the cluster, not one process.
 
 Gauges are counted from the live rows; counters are monotonic by construction: the member-event
 sequence and the master epoch only rise, and the rest are MetricTotal rows raised in the
-transaction of what they count (engine.counters), plus, for rows read and written, the live
-task groups' counts (an attempt's counts move into the totals when it is replaced or cleaned
-up). Labels are bounded: states and kinds, and job ids only for running jobs that track their
-recovery (as many as the slots allow).
+transaction of what they count (engine.counters), plus, for rows and bytes read and written,
+the live task groups' counts (an attempt's counts move into the totals when it is replaced or
+cleaned up). Labels are bounded: states and kinds, and job ids only for running jobs that track
+their recovery (as many as the slots allow).
 """
 
 from __future__ import annotations
@@ -63,6 +63,42 @@ def _by(queryset, field: str, values) -> dict[str, int]:
     for key, n in queryset.order_by().values_list(field).annotate(n=Count("pk")):
         counts[key] = n
     return counts
+
+
+#: What sources read and sinks wrote, counted in rows and in Arrow bytes: (family name, help,
+#: its retired total's name, the task group field of the live count).
+_MOVED = (
+    ("keel_rows_read", "Rows read by sources.", counters.ROWS_RETIRED, "read", "source_received"),
+    (
+        "keel_rows_written",
+        "Rows written by sinks.",
+        counters.ROWS_RETIRED,
+        "written",
+        "sink_written",
+    ),
+    (
+        "keel_bytes_read",
+        "Bytes read by sources (the Arrow size of the batches they made).",
+        counters.BYTES_RETIRED,
+        "read",
+        "source_received_bytes",
+    ),
+    (
+        "keel_bytes_written",
+        "Bytes written by sinks (the Arrow size of the batches they took).",
+        counters.BYTES_RETIRED,
+        "written",
+        "sink_written_bytes",
+    ),
+)
+
+
+def _moved(totals: dict[tuple[str, str], float]):
+    """The read and written counters: each the retired attempts' total plus what the task
+    groups still hold (one aggregate for all four)."""
+    live = TaskGroup.objects.aggregate(**{name: Sum(field) for name, *_, field in _MOVED})
+    for name, doc, total, label, _ in _MOVED:
+        yield CounterMetricFamily(name, doc, value=totals[(total, label)] + (live[name] or 0))
 
 
 def _family(kind, name: str, doc: str, label: str, values: dict[str, float]):
@@ -196,17 +232,7 @@ class EngineCollector:
             {c: totals[(counters.RESTORES, c)] for c in ("member_loss", "planned")},
         )
 
-        live = TaskGroup.objects.aggregate(read=Sum("source_received"), written=Sum("sink_written"))
-        yield CounterMetricFamily(
-            "keel_rows_read",
-            "Rows read by sources.",
-            value=totals[(counters.ROWS_RETIRED, "read")] + (live["read"] or 0),
-        )
-        yield CounterMetricFamily(
-            "keel_rows_written",
-            "Rows written by sinks.",
-            value=totals[(counters.ROWS_RETIRED, "written")] + (live["written"] or 0),
-        )
+        yield from _moved(totals)
         yield CounterMetricFamily(
             "keel_dirty_transitions",
             "Jobs that turned DIRTY.",

@@ -1,8 +1,9 @@
 """Chaos (``pytest -m chaos`` runs it alone): one streaming job writing a keyless Jdbc target
-with two-phase commits and, per fault, one batch job, through each fault in turn: kill -9 a worker; SIGSTOP a worker
-past the heartbeat timeout, then SIGCONT; kill -9 the active master twice; stop Redis for 10 s;
-restart PostgreSQL (a private server). After each, every source row is in its target exactly
-once, no pipeline is stuck and no slot leaked."""
+with two-phase commits and, per fault, one batch job (through the staging table), through each
+fault in turn: kill -9 a worker; SIGSTOP a worker past the heartbeat timeout, then SIGCONT;
+kill -9 the active master twice; stop Redis for 10 s; restart PostgreSQL (a private server).
+After each, every source row is in its target exactly once, no pipeline is stuck and no slot
+leaked."""
 
 from __future__ import annotations
 

@@ -229,11 +229,18 @@ def _remove_job_state(record: JobCleanupRecord) -> str:
     if not _history_written(job.id):
         raise NotReady(f"the history record of job {job.id} is not written yet")
     groups = TaskGroup.objects.filter(job=job)
-    totals = groups.aggregate(read=Sum("source_received"), written=Sum("sink_written"))
+    totals = groups.aggregate(
+        read=Sum("source_received"),
+        written=Sum("sink_written"),
+        read_bytes=Sum("source_received_bytes"),
+        written_bytes=Sum("sink_written_bytes"),
+    )
     counters.bump(
         [
             (counters.ROWS_RETIRED, "read", totals["read"] or 0),
             (counters.ROWS_RETIRED, "written", totals["written"] or 0),
+            (counters.BYTES_RETIRED, "read", totals["read_bytes"] or 0),
+            (counters.BYTES_RETIRED, "written", totals["written_bytes"] or 0),
         ]
     )
     freed = _free_slots_held(job)

@@ -171,6 +171,11 @@ def enumerators_checked(member_id: int, enumerators: list[tuple[int, int, int]])
         return {(row[0], row[1]): (row[2], row[3]) for row in cur.fetchall()}
 
 
+#: A task group's counts as it ends: rows read and written, rows per second, busy and CPU
+#: seconds, then bytes read and written (a report without them counts none).
+Metrics = tuple[int, int, float, float, float] | tuple[int, int, float, float, float, int, int]
+
+
 def report_metrics(
     task_group_id: int,
     attempt: int,
@@ -179,6 +184,8 @@ def report_metrics(
     written: int,
     rows_per_second: float,
     source_runtime: dict | None = None,
+    received_bytes: int = 0,
+    written_bytes: int = 0,
 ) -> bool:
     """Hot path: one conditional update, no event, no job lock. ``source_runtime``: a Lane A
     task group's runtime metrics (kept as they are when None)."""
@@ -190,6 +197,8 @@ def report_metrics(
         .update(
             source_received=received,
             sink_written=written,
+            source_received_bytes=received_bytes,
+            sink_written_bytes=written_bytes,
             rows_per_second=rows_per_second,
             updated_at=Now(),
             **extra,
@@ -221,7 +230,7 @@ def finish_task_group(
     member_id: int | None,
     status: str,
     error: str = "",
-    metrics: tuple[int, int, float, float, float] | None = None,
+    metrics: Metrics | None = None,
     lost_member_id: int | None = None,
     planned: bool = False,
 ) -> bool:
@@ -245,7 +254,7 @@ def finish_task_group(
 
 
 #: How a member's task group ended: (task group id, attempt, status, error, metrics).
-Ended = tuple[int, int, str, str, tuple[int, int, float, float, float] | None]
+Ended = tuple[int, int, str, str, Metrics | None]
 
 
 def finish_task_groups(member_id: int, endings: list[Ended]) -> dict[Ended, bool]:
@@ -294,7 +303,7 @@ class Ending:
     """How a task group ends, beyond its status (finish_task_group's arguments)."""
 
     error: str = ""
-    metrics: tuple[int, int, float, float, float] | None = None
+    metrics: Metrics | None = None
     lost_member_id: int | None = None
     planned: bool = False
 
@@ -329,13 +338,17 @@ def _end_group(
             group.rows_per_second,
             group.busy_seconds,
             group.cpu_seconds,
+            *moved,
         ) = metrics
+        group.source_received_bytes, group.sink_written_bytes = moved or (0, 0)
         fields += [
             "source_received",
             "sink_written",
             "rows_per_second",
             "busy_seconds",
             "cpu_seconds",
+            "source_received_bytes",
+            "sink_written_bytes",
         ]
     group.save(update_fields=fields)
     if held:

@@ -74,6 +74,8 @@ def deploy_on(
         [
             (counters.ROWS_RETIRED, "read", sum(g.source_received for g in groups)),
             (counters.ROWS_RETIRED, "written", sum(g.sink_written for g in groups)),
+            (counters.BYTES_RETIRED, "read", sum(g.source_received_bytes for g in groups)),
+            (counters.BYTES_RETIRED, "written", sum(g.sink_written_bytes for g in groups)),
         ]
     )
     deployments, events = [], []
@@ -87,6 +89,7 @@ def deploy_on(
         group.lost_member_id = None
         group.planned_move = False
         group.source_received = group.sink_written = 0
+        group.source_received_bytes = group.sink_written_bytes = 0
         group.rows_per_second = 0.0
         group.deployed_at = group.updated_at = Now()
         group.input_ended_at = None
@@ -116,6 +119,8 @@ def deploy_on(
             "planned_move",
             "source_received",
             "sink_written",
+            "source_received_bytes",
+            "sink_written_bytes",
             "rows_per_second",
             "deployed_at",
             "input_ended_at",

@@ -87,6 +87,7 @@ def record_offsets(reader: Reader, pipeline_id: int, offsets: dict[str, int]) ->
 _PROGRESS = """
 WITH owned AS (
     UPDATE engine_taskgroup SET source_received = %(received)s, sink_written = %(written)s,
+           source_received_bytes = %(received_bytes)s, sink_written_bytes = %(written_bytes)s,
            rows_per_second = %(rate)s, updated_at = now()
     WHERE id = %(group)s AND attempt = %(attempt)s AND member_id = %(member)s
       AND status = ANY(%(live)s)
@@ -111,6 +112,8 @@ def record_progress(
     written: int,
     rows_per_second: float,
     offsets: dict[str, int],
+    received_bytes: int = 0,
+    written_bytes: int = 0,
 ) -> bool:
     """A reader's hot path once a second: its counts and how far it has read, one round trip
     (no event, no job lock). False, and nothing written, if the attempt is not current."""
@@ -120,6 +123,8 @@ def record_progress(
             {
                 "received": received,
                 "written": written,
+                "received_bytes": received_bytes,
+                "written_bytes": written_bytes,
                 "rate": rows_per_second,
                 "group": reader.task_group_id,
                 "attempt": reader.attempt,

@@ -37,6 +37,8 @@ def _group(group: TaskGroup) -> dict:
         "metrics": {
             "sourceReceivedCount": group.source_received,
             "sinkWriteCount": group.sink_written,
+            "sourceReceivedBytes": group.source_received_bytes,
+            "sinkWriteBytes": group.sink_written_bytes,
             "rowsPerSecond": round(group.rows_per_second, 1),
         },
         # Lane A: the task group's runtime metrics as last reported (null in Lane B).
@@ -66,6 +68,8 @@ def metrics(job: Job) -> dict:
     return {
         "sourceReceivedCount": sum(g.source_received for g in groups),
         "sinkWriteCount": sum(g.sink_written for g in groups),
+        "sourceReceivedBytes": sum(g.source_received_bytes for g in groups),
+        "sinkWriteBytes": sum(g.sink_written_bytes for g in groups),
         "rowsPerSecond": round(
             sum(g.rows_per_second for g in groups if g.status == ExecutionStatus.RUNNING), 1
         ),

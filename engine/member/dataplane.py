@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from engine.connectors import get_plugin
@@ -61,6 +61,12 @@ class Chain:
     def push(self, source_key: str, batch) -> int:
         """Run one batch (an Arrow record batch) through the transforms into every sink;
         returns rows written."""
+        return self.deliver(source_key, batch)[0]
+
+    def deliver(self, source_key: str, batch, nbytes: int | None = None) -> tuple[int, int]:
+        """``push``, returning (rows, bytes) written: bytes as Arrow counts a whole batch
+        (``nbytes``), never per row; ``nbytes`` is the input batch's when the caller has it
+        (a sink given the input itself costs no second count)."""
         outputs = {source_key: batch}
         pending = dict(self.steps)
         while pending:
@@ -68,13 +74,15 @@ class Chain:
                 if input_key in outputs:
                     outputs[key] = guarded(self.paths[key], fn, outputs[input_key])
                     del pending[key]
-        written = 0
+        written = written_bytes = 0
         for path, input_key, writer in self.sinks:
             out = outputs[input_key]
             if out.num_rows:
                 guarded(path, writer.write, out)
                 written += out.num_rows
-        return written
+                same = out is batch and nbytes is not None
+                written_bytes += nbytes if same else out.nbytes
+        return written, written_bytes
 
 
 def compile_chain(plan: dict, context: dict) -> tuple[object, Chain]:
@@ -113,17 +121,26 @@ def compile_chain(plan: dict, context: dict) -> tuple[object, Chain]:
 
 @dataclass
 class Counters:
+    """A reader's counts: rows read and written, the Arrow bytes of their batches
+    (``RecordBatch.nbytes``, SeaTunnel's SourceReceivedBytes and SinkWriteBytes), its rate."""
+
     received: int = 0
     written: int = 0
+    received_bytes: int = 0
+    written_bytes: int = 0
     window_start: float = field(default_factory=time.monotonic)
     window_rows: int = 0
     rate: float = 0.0
     busy_seconds: float = 0.0
     cpu_seconds: float = 0.0
 
-    def add(self, received: int, written: int) -> None:
+    def add(
+        self, received: int, written: int, received_bytes: int = 0, written_bytes: int = 0
+    ) -> None:
         self.received += received
         self.written += written
+        self.received_bytes += received_bytes
+        self.written_bytes += written_bytes
         self.window_rows += received
 
     def roll(self) -> None:
@@ -191,8 +208,9 @@ def run_reader(
                 except Exception as exc:
                     raise PluginFailure(source_path, exc) from exc
                 if batch is not None and batch.num_rows:
-                    for part in bounded(batch, max_rows, max_bytes):
-                        counters.add(part.num_rows, chain.push(source_key, part))
+                    for part, size in sized_parts(batch, max_rows, max_bytes):
+                        written, written_bytes = chain.deliver(source_key, part, size)
+                        counters.add(part.num_rows, written, size, written_bytes)
                     idle = 0.0
                 else:
                     # A paced or idle source: nothing due yet. Wait longer while it stays so
@@ -217,6 +235,18 @@ def run_reader(
     finally:
         settle(chain, counters, started, cpu_started, completed)
     return counters
+
+
+def sized_parts(batch, max_rows: int, max_bytes: int) -> Iterator[tuple[object, int]]:
+    """``batches.bounded``'s slices of a source's batch, each with its ``nbytes``: a batch
+    within the bounds (the usual case) is measured once, not once to bound it and again to
+    count it (Arrow's ``nbytes`` costs microseconds a call)."""
+    size = batch.nbytes
+    if batch.num_rows <= max_rows and size <= max_bytes:
+        yield batch, size
+        return
+    for part in bounded(batch, max_rows, max_bytes):
+        yield part, part.nbytes
 
 
 def settle(chain: Chain, counters: Counters, started: float, cpu: float, completed: bool) -> None:

@@ -171,7 +171,10 @@ class ManagedReaderTask:
             # per batch as well as per row.
             rows = [row for turn in self._batches for row in turn]
             self._batches.clear()
-            counters.add(len(rows), chain.push(source_key, from_rows(rows, schema, arrow)))
+            batch = from_rows(rows, schema, arrow)
+            size = batch.nbytes
+            written, written_bytes = chain.deliver(source_key, batch, size)
+            counters.add(len(rows), written, size, written_bytes)
 
         def on_snapshot(snapshot: Snapshot) -> None:
             flush()
@@ -278,4 +281,6 @@ class ManagedReaderTask:
             counters.written,
             counters.rate,
             runtime_metrics(self.mailbox.stats(), held, extra),
+            received_bytes=counters.received_bytes,
+            written_bytes=counters.written_bytes,
         )

@@ -122,6 +122,8 @@ class TaskGroupThread(threading.Thread):
             counters.rate,
             counters.busy_seconds,
             counters.cpu_seconds,
+            counters.received_bytes,
+            counters.written_bytes,
         )
         attempt = 0
         while True:  # the report is the only record of how we ended: retry while we live
@@ -233,6 +235,8 @@ class TaskGroupThread(threading.Thread):
                 counters.written,
                 counters.rate,
                 offsets,
+                received_bytes=counters.received_bytes,
+                written_bytes=counters.written_bytes,
             )
             if not owned:
                 self.stop.set()  # the master moved on: stop at once

@@ -150,6 +150,9 @@ class TaskGroup(models.Model):
     planned_move = models.BooleanField(default=False, db_default=False)
     source_received = models.BigIntegerField(default=0)
     sink_written = models.BigIntegerField(default=0)
+    #: The same in Arrow bytes (``RecordBatch.nbytes`` of the batches read and written).
+    source_received_bytes = models.BigIntegerField(default=0, db_default=0)
+    sink_written_bytes = models.BigIntegerField(default=0, db_default=0)
     rows_per_second = models.FloatField(default=0.0)
     #: Wall-clock and thread CPU seconds the data plane ran (for per-slot throughput).
     busy_seconds = models.FloatField(default=0.0)

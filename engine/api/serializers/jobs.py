@@ -72,6 +72,14 @@ class JobSummarySerializer(serializers.ModelSerializer):
 class MetricsSerializer(serializers.Serializer):
     sourceReceivedCount = serializers.IntegerField()
     sinkWriteCount = serializers.IntegerField()
+    sourceReceivedBytes = serializers.IntegerField(
+        required=False,
+        help_text="the Arrow size of the batches read (RecordBatch.nbytes); absent from the"
+        " summary of a job that ended before bytes were counted",
+    )
+    sinkWriteBytes = serializers.IntegerField(
+        required=False, help_text="the Arrow size of the batches written, as sourceReceivedBytes"
+    )
     rowsPerSecond = serializers.FloatField()
 
 
@@ -126,6 +134,8 @@ class TaskGroupSerializer(serializers.ModelSerializer):
         return {
             "sourceReceivedCount": group.source_received,
             "sinkWriteCount": group.sink_written,
+            "sourceReceivedBytes": group.source_received_bytes,
+            "sinkWriteBytes": group.sink_written_bytes,
             "rowsPerSecond": round(group.rows_per_second, 1),
         }
 

@@ -35,12 +35,10 @@ from engine.states import JOB_TERMINAL
 
 #: SeaTunnel's finished states; SAVEPOINT_DONE and UNKNOWABLE never happen in Keel.
 FINISHED_STATES = ("FINISHED", "CANCELED", "FAILED", "SAVEPOINT_DONE", "UNKNOWABLE")
-#: Metrics SeaTunnel reports that Keel does not measure (bytes, queue sizes): always "0".
+#: Metrics SeaTunnel reports that Keel does not measure (byte rates, queue sizes): always "0".
 UNMEASURED = (
     "IntermediateQueueSize",
-    "SourceReceivedBytes",
     "SourceReceivedBytesPerSeconds",
-    "SinkWriteBytes",
     "SinkWriteBytesPerSeconds",
 )
 
@@ -106,6 +104,9 @@ def job_info(job: Job) -> dict:
             "SourceReceivedQPS": str(metrics["rowsPerSecond"]),
             "SinkWriteCount": str(metrics["sinkWriteCount"]),
             "SinkWriteQPS": str(metrics["rowsPerSecond"]),
+            # A job that ended before bytes were counted has none in its summary.
+            "SourceReceivedBytes": str(metrics.get("sourceReceivedBytes", 0)),
+            "SinkWriteBytes": str(metrics.get("sinkWriteBytes", 0)),
             **dict.fromkeys(UNMEASURED, "0"),
         },
     }
