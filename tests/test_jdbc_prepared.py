@@ -251,3 +251,65 @@ def test_the_terminal_cleanup_settles_what_a_cancelled_job_left_prepared(engine,
     record = JobCleanupRecord.objects.get(job_id=job.id, kind="JOB_STATE")
     assert cleanup.execute(record.id) == "done"
     assert (ids(target), prepared_gids(target)) == ([1], [])
+
+
+def stage_writer(dsn: str, attempt: int, restored: int | None = None) -> ExactlyOnceJdbcWriter:
+    context = {
+        "jobUuid": "prepared-test",
+        "pipelineId": 1,
+        "readerIndex": 0,
+        "attempt": attempt,
+        "restoredCheckpoint": restored,
+    }
+    return ExactlyOnceJdbcWriter(config_for(dsn), SCHEMA, context)
+
+
+def test_an_attempt_after_one_that_staged_rows_commits_them_through_the_stage(target):
+    """The writer may change between attempts (prepared transactions allowed since): rows an
+    older attempt staged for a completed checkpoint are committed, not stranded."""
+    first = stage_writer(target, attempt=1)
+    first.write(batch(1, 2))
+    first.prepare_commit(1)  # completes; its commit never ran
+    first.write(batch(3))
+    first.abort()
+    second = writer_for(target, attempt=2, restored=1)
+    try:
+        assert isinstance(second, ExactlyOnceJdbcWriter)
+        assert ids(target) == [1, 2]
+    finally:
+        second.abort()
+    with psycopg.connect(target) as conn:  # the stage holds nothing of this writer now
+        assert conn.execute("SELECT count(*) FROM target__keel_stage").fetchone() == (0,)
+    writer_for(target, attempt=3, restored=1).abort()  # and the next attempt prepares again
+    assert isinstance(writer_for(target, attempt=4, restored=1), PreparedJdbcWriter)
+
+
+def test_an_attempt_through_the_stage_settles_what_an_older_one_prepared(target):
+    first = writer_for(target, attempt=1)
+    first.write(batch(1))
+    first.prepare_commit(1)  # completes; its commit never ran
+    first.write(batch(2))
+    first.prepare_commit(2)  # never completes
+    first.abort()
+    second = stage_writer(target, attempt=2, restored=1)
+    second.abort()
+    assert (ids(target), prepared_gids(target)) == ([1], [])
+
+
+def test_a_commit_takes_only_its_own_attempts_transactions(target):
+    """What an older attempt prepared is settled when the newer one opens; one prepared after
+    that (a zombie the fence missed) is never committed by the newer attempt's commits."""
+    newer = writer_for(target, attempt=2, restored=None)
+    try:
+        # The zombie's data session prepares checkpoint 3 after the newer attempt opened.
+        with psycopg.connect(target, autocommit=True) as conn:
+            conn.execute("BEGIN")
+            conn.execute("INSERT INTO target VALUES (9, 'zombie')")
+            conn.execute("PREPARE TRANSACTION 'keel:prepared-test-1-0:3:1'")
+        newer.write(batch(1))
+        newer.prepare_commit(4)
+        newer.commit({"checkpoint": 4})
+        assert ids(target) == [1]
+        assert prepared_gids(target) == ["keel:prepared-test-1-0:3:1"]
+    finally:
+        newer.abort()

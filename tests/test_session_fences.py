@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from engine.cluster.membership import end_member_sessions, register_member
-from engine.connectors.jdbc_writers import (
+from engine.connectors.jdbc_sessions import (
     fence_older_attempts,
     member_sink_sessions,
     sink_application_name,

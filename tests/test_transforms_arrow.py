@@ -70,7 +70,7 @@ VALUES = {
 }
 OPS = ["==", "!=", "<", "<=", ">", ">="]
 #: The kinds whose comparisons RowFilter makes on whole columns.
-COLUMN_KINDS = ("i", "b", "f", "d", "num", "str", "day", "clock", "at")
+COLUMN_KINDS = ("t", "i", "b", "f", "d", "dec", "num", "str", "day", "clock", "at")
 
 
 def outcome(fn, batch):
@@ -108,10 +108,18 @@ def test_row_filter_compares_numbers_strings_and_times_on_whole_columns(field):
     batch = from_rows(ROWS, TYPES)
     kind = dict(TYPES.fields)[field]
     column = batch.column(TYPES.index(field))
-    value = {"int": int, "bigint": int, "float": float, "double": float, "decimal": float}.get(
-        kind, str
-    )(VALUES[field][0])
+    convert = row_filter(field, "<=", VALUES[field][0]).comparison(TYPES)[3]
+    value = convert(VALUES[field][0])
     assert _column_compare(column, kind, "<=", value) is not None
+
+
+@pytest.mark.parametrize(
+    "field,value,kept", [("t", "3", [3]), ("dec", "1.5", [-8]), ("dec", "1.50000", [-8])]
+)
+def test_row_filter_compares_small_integers_and_decimals_as_numbers(field, value, kept):
+    batch = from_rows(ROWS, TYPES)
+    for path in both_paths(row_filter(field, "==", value), TYPES):
+        assert [row[0] for row in to_rows(path(batch))] == kept
 
 
 def test_row_filter_fails_on_a_value_that_does_not_convert_and_keeps_row_kinds():

@@ -11,12 +11,8 @@ import psycopg
 import pytest
 
 from engine.connectors.batches import from_rows
-from engine.connectors.jdbc_writers import (
-    ExactlyOnceJdbcWriter,
-    fence_older_attempts,
-    sink_application_name,
-    writer_key,
-)
+from engine.connectors.jdbc_sessions import fence_older_attempts, sink_application_name, writer_key
+from engine.connectors.jdbc_writers import ExactlyOnceJdbcWriter
 from engine.connectors.schema import Schema
 from tests.clusterkit import SERVER_URL, admin_conn, wait_for
 from tests.faultkit import session_alive

@@ -26,7 +26,7 @@ from engine import dirty
 from engine import events as builders
 from engine.cluster.slots import create_fixed_slots
 from engine.cluster.versions import tracking_refusal, writer_refusal
-from engine.connectors.jdbc_writers import member_sink_sessions
+from engine.connectors.jdbc_sessions import member_sink_sessions
 from engine.dbsession import connect_dedicated, django_application_name
 from engine.fencing import fenced
 from engine.locks import EVENT_APPEND, MEMBER_NAMESPACE, member_lock_key

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import re
 
-import psycopg
 from psycopg import sql
 
 from engine.connectors import pg_arrow
@@ -30,77 +29,42 @@ from engine.connectors.jdbc_ingest import (
     plain_table,
     writes_directly,
 )
-from engine.connectors.jdbc_statements import target_columns, upsert_keys
-from engine.connectors.jdbc_writers import (
+from engine.connectors.jdbc_sessions import (
     SINK_SESSION_OPTIONS,
     connect_sink,
     fence_older_attempts,
-    psycopg_string,
-    regclass,
     sink_application_name,
     writer_key,
+)
+from engine.connectors.jdbc_statements import target_columns, upsert_keys
+from engine.connectors.jdbc_writers import psycopg_string, regclass
+from engine.connectors.jdbc_xacts import (
+    _GID,
+    GID_PREFIX,
+    attempt_of,
+    prepared,
+    settle,
+    settle_leftovers,
+    transaction_id,
 )
 from engine.connectors.pg import connect, split_table, table_ident
 from engine.connectors.schema import Schema
 
 log = logging.getLogger("keel.jdbc")
 
-GID_PREFIX = "keel:"
-_GID = re.compile(r"^keel:(?P<writer>[^:]+):(?P<checkpoint>-?[0-9]+):(?P<attempt>[0-9]+)$")
-
-#: A prepared writer's transaction stays open between batches until the next barrier: the
-#: session's idle limit covers a few checkpoint intervals (a frozen worker's session is ended
-#: by its member's removal, or by the next attempt's fence, well before).
+#: A prepared writer's transaction stays open between batches until the next barrier, which
+#: waits while a checkpoint is pending: the session's idle limit covers a checkpoint's timeout
+#: and two intervals (a frozen worker's session is ended by its member's removal, or by the
+#: next attempt's fence, well before).
 IDLE_FLOOR_MS = 60_000
-
-
-def transaction_id(writer: str, checkpoint: int, attempt: int) -> str:
-    return f"{GID_PREFIX}{writer}:{checkpoint}:{attempt}"
-
-
-def prepared(conn: psycopg.Connection, prefix: str) -> list[tuple[str, int]]:
-    """(gid, checkpoint) of this database's prepared transactions whose gid starts with
-    ``prefix``, oldest checkpoint first."""
-    rows = conn.execute(
-        "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
-        "AND starts_with(gid, %s)",
-        (prefix,),
-    ).fetchall()
-    found = [(gid, int(m["checkpoint"])) for (gid,) in rows if (m := _GID.match(gid))]
-    return sorted(found, key=lambda item: (item[1], item[0]))
-
-
-def settle(
-    conn: psycopg.Connection, found: list[tuple[str, int]], upto: int, rollback: bool = True
-) -> tuple[int, int]:
-    """Commit every prepared transaction of ``found`` up to checkpoint ``upto`` (in checkpoint
-    order), and roll back the later ones when ``rollback``. One settled by another session
-    meanwhile is passed over. ``conn`` autocommits (these statements refuse a transaction).
-    Returns (committed, rolled back)."""
-    committed = rolled_back = 0
-    for gid, checkpoint in found:
-        if checkpoint <= upto:
-            statement = sql.SQL("COMMIT PREPARED {}")
-        elif rollback:
-            statement = sql.SQL("ROLLBACK PREPARED {}")
-        else:
-            continue
-        try:
-            conn.execute(statement.format(sql.Literal(gid)))
-        except psycopg.errors.UndefinedObject:
-            continue
-        if checkpoint <= upto:
-            committed += 1
-        else:
-            rolled_back += 1
-    return committed, rolled_back
 
 
 def session_options(context: dict) -> str:
     """The sink session's options, its idle-in-transaction limit stretched over a few
     checkpoint intervals (the transaction spans one)."""
     interval = int(context.get("checkpointInterval") or 0)
-    idle = max(IDLE_FLOOR_MS, 3 * interval)
+    timeout = int(context.get("checkpointTimeout") or 60_000)
+    idle = max(IDLE_FLOOR_MS, timeout + 2 * interval)
     return re.sub(
         r"idle_in_transaction_session_timeout=\d+",
         f"idle_in_transaction_session_timeout={idle}",
@@ -123,6 +87,7 @@ def open_prepared_writer(config: dict, schema: Schema, context: dict) -> SinkWri
         columns = target_columns(config, schema)
         with adbc.cursor() as cur:
             why, target_types = _unfit_target(cur, config, columns, schema.kinds)
+            why = why or _staged_before(cur, config, writer)
         if why:
             log.warning("%s: is_exactly_once uses the staging table: %s", context.get("label"), why)
             adbc.close()
@@ -157,6 +122,27 @@ def _unfit_target(cur, config: dict, columns: list[str], kinds: list[str]):
     return "", types
 
 
+def _staged_before(cur, config: dict, writer: str) -> str:
+    """An earlier attempt of this writer staged rows (it wrote through the stage): this one
+    does too, so the stage's commit up to the restored checkpoint, and its drop of the rest,
+    run (the rows a restore needs were staged before it began)."""
+    schema_name, name = split_table(config["table"])
+    stage = sql.Identifier(schema_name, f"{name}__keel_stage")
+    cur.execute(
+        psycopg_string(sql.SQL("SELECT to_regclass({})").format(sql.Literal(psycopg_string(stage))))
+    )
+    if cur.fetchone()[0] is None:
+        return ""
+    cur.execute(
+        psycopg_string(
+            sql.SQL(
+                "SELECT count(*) FROM (SELECT 1 FROM {} WHERE keel_writer = {} LIMIT 1) s"
+            ).format(stage, sql.Literal(writer))
+        )
+    )
+    return "an earlier attempt's rows wait in the staging table" if cur.fetchone()[0] else ""
+
+
 class PreparedJdbcWriter(SinkWriter):
     """Batches into the target in one open transaction per checkpoint interval, prepared at the
     barrier, committed when the checkpoint completes (see the module's docstring)."""
@@ -180,9 +166,7 @@ class PreparedJdbcWriter(SinkWriter):
         try:
             fence_older_attempts(self.conn, self.writer, self.attempt)
             self.conn.autocommit = True
-            restored = context.get("restoredCheckpoint")
-            upto = -1 if restored is None else restored
-            settle(self.conn, prepared(self.conn, self.prefix), upto)
+            settle_leftovers(self.conn, self.writer, context.get("restoredCheckpoint"))
             schema_name, table = split_table(config["table"])
             self.target = ArrowStage(adbc, schema_name, table, columns, target_types)
         except BaseException:
@@ -209,16 +193,24 @@ class PreparedJdbcWriter(SinkWriter):
         return {"writer": self.writer, "checkpoint": checkpoint_id, "transaction": gid}
 
     def commit(self, state: dict) -> None:
-        """Phase two for a completed checkpoint: every transaction this writer prepared up to
-        it (a checkpoint that failed before it is covered by it too)."""
-        settle(self.conn, prepared(self.conn, self.prefix), int(state["checkpoint"]), False)
+        """Phase two for a completed checkpoint: every transaction this attempt prepared up to
+        it (a checkpoint that failed before it is covered by it too; older attempts' were
+        settled when this one opened)."""
+        settle(self.conn, self._own(), int(state["checkpoint"]), False)
+
+    def _own(self) -> list[tuple[str, int]]:
+        return [
+            (gid, checkpoint)
+            for gid, checkpoint in prepared(self.conn, self.prefix)
+            if attempt_of(gid) == self.attempt
+        ]
 
     def close(self) -> None:
         """A batch pipeline finished: everything it wrote becomes visible."""
         if self.open:
             self.target.cur.execute("COMMIT")
             self.open = False
-        settle(self.conn, prepared(self.conn, self.prefix), 2**62, False)
+        settle(self.conn, self._own(), 2**62, False)
         self.abort()
 
     def abort(self) -> None:
@@ -238,7 +230,9 @@ def settle_job(config: dict, job_uuid: str, completed: dict[int, int]) -> tuple[
     """What an ended job left prepared in one sink's database: committed up to its pipeline's
     newest completed checkpoint (``completed``: {pipeline index: checkpoint id}), the rest
     rolled back. Every writer key of the job starts with its uuid and pipeline index."""
-    with connect(config, "keel-cleanup", autocommit=True) as conn:
+    with connect(
+        config, "keel-cleanup", autocommit=True, options="-c statement_timeout=30000"
+    ) as conn:
         committed = rolled_back = 0
         for gid, checkpoint in prepared(conn, f"{GID_PREFIX}{job_uuid}-"):
             pipeline = int(_GID.match(gid)["writer"][len(job_uuid) + 1 :].split("-")[0])

@@ -4,9 +4,7 @@ and the sink sessions they write on."""
 from __future__ import annotations
 
 import hashlib
-import uuid as uuidlib
 
-import psycopg
 from psycopg import sql
 
 from engine.connectors import pg_arrow
@@ -20,6 +18,13 @@ from engine.connectors.jdbc_ingest import (
     to_text_ddl,
     writes_directly,
 )
+from engine.connectors.jdbc_sessions import (
+    SINK_SESSION_OPTIONS,
+    connect_sink,
+    fence_older_attempts,
+    sink_application_name,
+    writer_key,
+)
 from engine.connectors.jdbc_statements import (
     STAGE_TYPES,
     _insert_from,
@@ -30,89 +35,9 @@ from engine.connectors.jdbc_statements import (
     upsert_keys,
     write_checks,
 )
-from engine.connectors.pg import connect, split_table, table_ident
+from engine.connectors.jdbc_xacts import settle_leftovers
+from engine.connectors.pg import split_table, table_ident
 from engine.connectors.schema import Schema, kind_args
-
-#: A sink session never waits long or hangs: a lock held by a stuck session, a statement, or a
-#: transaction its (frozen) worker left open each end within these.
-SINK_SESSION_OPTIONS = (
-    "-c lock_timeout=10000 -c statement_timeout=300000 -c idle_in_transaction_session_timeout=10000"
-    # A timestamp without a zone is UTC (the data plane's), whichever path writes it.
-    " -c TimeZone=UTC -c DateStyle=ISO"
-)
-
-
-#: PostgreSQL keeps 63 bytes of an application_name: a sink session's name is built to fit
-#: (a truncated name would hide the session from the fences that look for it).
-APPLICATION_NAME_MAX = 63
-WRITER_TAG_MAX = 12
-
-
-def writer_tag(writer: str) -> str:
-    """The writer key as it appears in a session name: itself when short, else a digest."""
-    if len(writer) <= WRITER_TAG_MAX:
-        return writer
-    return hashlib.blake2b(writer.encode(), digest_size=WRITER_TAG_MAX // 2).hexdigest()
-
-
-def member_sink_sessions(member_uuid: str | uuidlib.UUID) -> str:
-    """A LIKE pattern for every sink session of one member (ended when it is removed)."""
-    return f"keel-sink:{uuidlib.UUID(str(member_uuid)).hex}:%"
-
-
-def sink_application_name(member_uuid: str, writer: str, attempt: int) -> str:
-    """Names a sink session after its member, writer and attempt: the master ends a removed
-    member's sink sessions, and a writer's next attempt ends those of the older ones."""
-    member = uuidlib.UUID(member_uuid).hex if member_uuid else "-"
-    name = f"keel-sink:{member}:{writer_tag(writer)}:{attempt}"
-    if len(name) > APPLICATION_NAME_MAX:
-        raise ValueError(f"sink session name too long: {name}")
-    return name
-
-
-def connect_sink(config: dict, context: dict, writer: str) -> psycopg.Connection:
-    return connect(
-        config,
-        application_name=sink_application_name(
-            context.get("memberUuid", ""), writer, context.get("attempt", 0)
-        ),
-        options=SINK_SESSION_OPTIONS,
-        autocommit=False,
-    )
-
-
-def writer_key(context: dict) -> str:
-    """The same for every attempt of one reader's sink: job, pipeline, reader, and the sink's
-    index when it is not the first (a pipeline may have several Jdbc sinks). The job is its
-    uuid: job ids restart in every engine database, and two clusters (or a cluster whose
-    database was made anew) writing to one target must not adopt or end each other's writers.
-    A job from before uuids keeps its id, and so the key its staged rows already carry."""
-    job = context.get("jobUuid") or context.get("jobId")
-    key = f"{job}-{context.get('pipelineId')}-{context.get('readerIndex')}"
-    label = str(context.get("label", ""))
-    if label.startswith("sink[") and not label.startswith("sink[0]"):
-        key += f"-{label[5 : label.index(']')]}"
-    return key
-
-
-def fence_older_attempts(conn: psycopg.Connection, writer: str, attempt: int) -> None:
-    """End the sessions of this writer's older attempts (a zombie frozen mid-COPY, or woken
-    after its member was removed), waiting until they are gone, then hold the writer's lock
-    for this attempt's life: nothing an older attempt sent can land after this returns."""
-    conn.execute(
-        """
-        SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
-         WHERE application_name LIKE 'keel-sink:%%' AND pid <> pg_backend_pid()
-           AND datname = current_database()
-           AND split_part(application_name, ':', 3) = %s
-           AND split_part(application_name, ':', 4) ~ '^[0-9]+$'
-           AND split_part(application_name, ':', 4)::int < %s
-        """,
-        (writer_tag(writer), attempt),
-    )
-    conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"keel-writer:{writer}",))
-    conn.commit()
-
 
 #: The at-least-once writer's stage: a temporary table of the session, emptied at each commit.
 TEMP_STAGE = sql.Identifier("keel_stage")
@@ -307,6 +232,8 @@ class ExactlyOnceJdbcWriter(SinkWriter):
         self.stage = sql.Identifier(schema_name, f"{name}__keel_stage")
         self.cols = sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
         fence_older_attempts(self.conn, self.writer, context.get("attempt", 0))
+        # An older attempt may have written with prepared transactions (is_exactly_once).
+        settle_leftovers(self.conn, self.writer, context.get("restoredCheckpoint"))
         self._ensure_stage(schema_name, name, schema)
         if not self.custom:
             self._align_stage(adbc, schema_name, name, schema.kinds)

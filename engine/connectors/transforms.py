@@ -7,6 +7,7 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable
+from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -126,7 +127,15 @@ _COLUMN_OPS = {
 }
 #: How RowFilter converts its value for a field of each kind; any other kind compares it as
 #: the string it is.
-_VALUE_TYPES = {"int": int, "bigint": int, "double": float, "float": float, "decimal": float}
+_VALUE_TYPES = {
+    "tinyint": int,
+    "smallint": int,
+    "int": int,
+    "bigint": int,
+    "double": float,
+    "float": float,
+    "decimal": float,
+}
 #: Kinds whose row values are strings (times as their ISO text), so a string value orders
 #: against them; against any other kind it is only ever unequal.
 _TEXT_KINDS = ("string", "timestamp", "date", "time")
@@ -153,7 +162,9 @@ class RowFilter(TransformPlugin):
         """(the field's index, its kind, the operator, the value's conversion)."""
         field = self.config["field"]
         kind = dict(schema.fields)[field]
-        return schema.index(field), kind, self.config["op"], _VALUE_TYPES.get(kind, str)
+        # A decimal with a precision compares exactly (a Decimal), a plain one as a number.
+        convert = Decimal if kind.startswith("decimal(") else _VALUE_TYPES.get(kind, str)
+        return schema.index(field), kind, self.config["op"], convert
 
     def processor(self, schema: Schema):
         index, kind, op, convert = self.comparison(schema)
@@ -194,6 +205,11 @@ def _column_compare(column: pa.Array, kind: str, op: str, value) -> pa.Array | N
         if not _INT64[0] <= value <= _INT64[1]:  # beyond every int64: the same for all rows
             return _every_valid(column, _OPS[op](0, value))
         return _COLUMN_OPS[op](column, pa.scalar(value, pa.int64()))
+    if isinstance(value, Decimal) and pa.types.is_decimal(arrow_type) and value.is_finite():
+        try:
+            return _COLUMN_OPS[op](column, pa.scalar(value))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None  # beyond Arrow's decimals: value by value
     if isinstance(value, float) and pa.types.is_floating(arrow_type):
         return _COLUMN_OPS[op](column.cast(pa.float64()), pa.scalar(value, pa.float64()))
     if not isinstance(value, str):

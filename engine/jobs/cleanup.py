@@ -264,14 +264,15 @@ def _settle_prepared(job: Job) -> str:
     back, so none holds its locks and the server's oldest transaction horizon for ever. It
     runs before the checkpoints go; a database that cannot be reached fails the record, which
     is retried."""
-    if not job.uuid:
+    if not job.uuid or not job.env.get("checkpoint.interval"):
         return ""
     sinks: dict[tuple, dict] = {}
     for plan in Pipeline.objects.filter(job=job).values_list("plan", flat=True):
         for node in (plan or {}).get("sinks", []):
             config = node.get("config") or {}
             if node.get("plugin") == "Jdbc" and config.get("is_exactly_once"):
-                sinks.setdefault((config.get("url"), config.get("user")), config)
+                key = (config.get("connection"), config.get("url"), config.get("user"))
+                sinks.setdefault(key, config)
     if not sinks:
         return ""
     completed = dict(

@@ -150,6 +150,7 @@ def for_reader(thread, group, restored: int | None) -> tuple[ReaderCommits, dict
         "jobName": group.job.name,
         "checkpointing": checkpointing,
         "checkpointInterval": group.job.env.get("checkpoint.interval"),
+        "checkpointTimeout": group.job.env.get("checkpoint.timeout"),
         "restoredCheckpoint": restored,
     }
     return commits, context
