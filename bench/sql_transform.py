@@ -29,8 +29,8 @@ BATCHES = 4
 BATCH_SIZE = 16384
 ROUNDS = 7
 #: Rows of each chain job, and how many rounds of the two jobs alternate.
-CHAIN_ROWS = 4_000_000
-CHAIN_ROUNDS = 3
+CHAIN_ROWS = 16_000_000
+CHAIN_ROUNDS = 5
 FIELDS = "schema { fields { id = bigint, name = string, score = double, flag = boolean } }"
 SOURCE = f"""env {{ job.mode = BATCH }}
 source {{ FakeSource {{ plugin_output = fake, row.num = 100000, {FIELDS} }} }}
