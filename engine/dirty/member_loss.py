@@ -79,9 +79,12 @@ WITH {advance} locked AS (
       FROM locked WHERE active_episode_id IS NULL
     RETURNING id, job_id
 ), bound AS (
-    SELECT l.job_id, COALESCE(l.active_episode_id, o.id) AS episode_id,
-           l.active_episode_id IS NULL AS opened
-      FROM locked l LEFT JOIN opened o ON o.job_id = l.job_id
+    -- Each job's episode: its active one, or the one just opened (a union, not a join: the
+    -- planner takes a CTE for one row, and a nested loop over two would be quadratic).
+    SELECT job_id, active_episode_id AS episode_id, false AS opened
+      FROM locked WHERE active_episode_id IS NOT NULL
+    UNION ALL
+    SELECT job_id, id, true FROM opened
 ), incidents AS (
     INSERT INTO engine_memberlossincident
            (job_id, episode_id, lost_member_uuid, lost_address, classification,

@@ -125,7 +125,11 @@ class MemberLossIncident(models.Model):
     ``(job, lost_member_uuid)``: a duplicate delivery finds the row and changes nothing."""
 
     job = models.ForeignKey(
-        Job, on_delete=models.CASCADE, related_name="member_loss_incidents", db_constraint=False
+        Job,
+        on_delete=models.CASCADE,
+        related_name="member_loss_incidents",
+        db_constraint=False,
+        db_index=False,  # incident_once (job, lost_member_uuid) serves lookups by job
     )
     episode = models.ForeignKey(
         RecoveryEpisode,
