@@ -40,10 +40,10 @@ sink { Blackhole { } }
 """
 
 
-def ended_job(engine) -> Job:
+def ended_job(engine, config: str = JOB) -> Job:
     """A job that ran (splits assigned, a checkpoint completed) and was cancelled."""
     engine.add_member(slots=8)
-    job = engine.submit(config=JOB)
+    job = engine.submit(config=config)
     engine.schedule()
     engine.run_deployed()
     pipeline = Pipeline.objects.get(job=job)

@@ -214,42 +214,29 @@ def test_without_prepared_transactions_or_for_an_upsert_the_stage_writes(why, ta
 
 @pytest.mark.django_db(transaction=True)
 def test_the_terminal_cleanup_settles_what_a_cancelled_job_left_prepared(engine, target):
-    from django.utils import timezone
-
-    from engine.jobs import checkpoints, cleanup
-    from engine.models import Checkpoint, JobCleanupRecord, Pipeline, TaskGroup
+    from engine.jobs import cleanup
+    from engine.models import Checkpoint
+    from tests.test_cleanup_records import ended_job, make_due
 
     url = config_for(target)["url"]
-    engine.add_member(slots=8)
-    job = engine.submit(
-        config=f"""
-        env {{ job.mode = STREAMING, parallelism = 1, checkpoint.interval = 60000 }}
+    job = ended_job(
+        engine,
+        f"""
+        env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 60000 }}
         source {{ FakeSource {{ schema {{ fields {{ id = bigint, name = string }} }} }} }}
         sink {{ Jdbc {{ url = "{url}", user = postgres, password = t, table = target,
-                       is_exactly_once = true }} }}"""
+                       is_exactly_once = true }} }}""",
     )
-    engine.schedule()
-    engine.run_deployed()
-    pipeline = Pipeline.objects.get(job=job)
-    groups = list(TaskGroup.objects.filter(job=job))
-    completed = Checkpoint.objects.create(
-        job=job, pipeline=pipeline, expected={str(g.id): g.attempt for g in groups}
-    )
-    for group in groups:
-        assert checkpoints.acknowledge(completed.id, group.id, group.attempt, {"splits": {}})
-    checkpoints.complete_or_expire(engine.epoch)
-    # The reader prepared the completed checkpoint and a later one, then the job was cancelled
-    # before either commit ran.
+    completed = Checkpoint.objects.get(job=job, state="COMPLETED")
+    # A reader prepared the completed checkpoint and a later one; neither commit ran before
+    # the job was cancelled.
     writer = writer_for(target, attempt=1, job=str(job.uuid))
     writer.write(batch(1))
     writer.prepare_commit(completed.id)
     writer.write(batch(2))
     writer.prepare_commit(completed.id + 1)
     writer.abort()
-    engine.cancel(job)
-    JobCleanupRecord.objects.filter(job_id=job.id).update(due_at=timezone.now())
-    record = JobCleanupRecord.objects.get(job_id=job.id, kind="JOB_STATE")
-    assert cleanup.execute(record.id) == "done"
+    assert cleanup.execute(make_due(job).id) == "done"
     assert (ids(target), prepared_gids(target)) == ([1], [])
 
 

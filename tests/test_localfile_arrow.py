@@ -28,29 +28,8 @@ from engine.connectors.localfile_sink import LocalFileWriter
 from engine.connectors.schema import Schema, jsonable
 from engine.jobs.planner import plan_job
 from engine.member.dataplane import instantiate
+from tests.test_arrow_batches import TYPES
 
-TYPES = Schema(
-    (
-        ("t", "tinyint"),
-        ("s", "smallint"),
-        ("i", "int"),
-        ("b", "bigint"),
-        ("f", "float"),
-        ("d", "double"),
-        ("dec", "decimal(20, 4)"),
-        ("num", "decimal"),
-        ("str", "string"),
-        ("flag", "boolean"),
-        ("raw", "bytes"),
-        ("day", "date"),
-        ("clock", "time"),
-        ("at", "timestamp"),
-        ("nothing", "null"),
-        ("list", "array<int>"),
-        ("dict", "map<string, double>"),
-        ("nested", "row<a: int, b: string>"),
-    )
-)
 FIRST = (-8, 300, 70000, 2**40, 1.5, -2.25, Decimal("12345678.1234"), 0.125, 'a, "b"\tc', True)
 TIMES = ("2026-12-04", "12:34:56.789000", "2026-12-04T01:02:03.456789")
 SECOND = (0, 0, 0, 0, 0.1, 1e-05, Decimal("0E-4"), 1e16, "", False, b"")
