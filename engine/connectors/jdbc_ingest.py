@@ -13,6 +13,7 @@ from psycopg import sql
 
 from engine.connectors.arrowrows import arrow_type
 from engine.connectors.batches import data
+from engine.connectors.jdbc_statements import psycopg_string
 from engine.connectors.pg_arrow import ingest_type
 from engine.connectors.schema import SCALAR_TYPES, Schema, kind_args
 
@@ -153,9 +154,11 @@ class ArrowStage:
         names = (self.name,) if self.schema_name is None else (self.schema_name, self.name)
         stage = sql.Identifier(*names)
         self.cur.execute(
-            sql.SQL("SELECT max(keel_seq), {p} FROM {s} WHERE {w}")
-            .format(p=parsed, s=stage, w=where)
-            .as_string(None)
+            psycopg_string(
+                sql.SQL("SELECT max(keel_seq), {p} FROM {s} WHERE {w}").format(
+                    p=parsed, s=stage, w=where
+                )
+            )
         )
         newest = self.cur.fetchall()[0][0]
         if newest is not None:

@@ -16,11 +16,9 @@ completed checkpoint (``settle_job``).
 from __future__ import annotations
 
 import logging
-import re
 
 from psycopg import sql
 
-from engine.connectors import pg_arrow
 from engine.connectors.base import SinkWriter
 from engine.connectors.jdbc_ingest import (
     ArrowStage,
@@ -30,18 +28,16 @@ from engine.connectors.jdbc_ingest import (
     writes_directly,
 )
 from engine.connectors.jdbc_sessions import (
-    SINK_SESSION_OPTIONS,
     connect_sink,
+    connect_sink_arrow,
     fence_older_attempts,
-    sink_application_name,
+    sink_session_options,
     writer_key,
 )
-from engine.connectors.jdbc_statements import target_columns, upsert_keys
-from engine.connectors.jdbc_writers import psycopg_string, regclass
+from engine.connectors.jdbc_statements import psycopg_string, regclass, target_columns, upsert_keys
 from engine.connectors.jdbc_xacts import (
-    _GID,
     GID_PREFIX,
-    attempt_of,
+    Prepared,
     prepared,
     settle,
     settle_leftovers,
@@ -60,16 +56,12 @@ IDLE_FLOOR_MS = 60_000
 
 
 def session_options(context: dict) -> str:
-    """The sink session's options, its idle-in-transaction limit stretched over a few
-    checkpoint intervals (the transaction spans one)."""
+    """The sink session's options, its idle-in-transaction limit covering a pending
+    checkpoint and two intervals (the transaction spans one interval and waits while a
+    checkpoint is pending)."""
     interval = int(context.get("checkpointInterval") or 0)
     timeout = int(context.get("checkpointTimeout") or 60_000)
-    idle = max(IDLE_FLOOR_MS, timeout + 2 * interval)
-    return re.sub(
-        r"idle_in_transaction_session_timeout=\d+",
-        f"idle_in_transaction_session_timeout={idle}",
-        SINK_SESSION_OPTIONS,
-    )
+    return sink_session_options(max(IDLE_FLOOR_MS, timeout + 2 * interval))
 
 
 def open_prepared_writer(config: dict, schema: Schema, context: dict) -> SinkWriter | None:
@@ -81,8 +73,7 @@ def open_prepared_writer(config: dict, schema: Schema, context: dict) -> SinkWri
         log.warning("%s: is_exactly_once uses the staging table: %s", context.get("label"), why)
         return None
     writer = writer_key(context)
-    name = sink_application_name(context.get("memberUuid", ""), writer, context.get("attempt", 0))
-    adbc = pg_arrow.connect(config, name, session_options(context), autocommit=True)
+    adbc = connect_sink_arrow(config, context, writer, session_options(context), autocommit=True)
     try:
         columns = target_columns(config, schema)
         with adbc.cursor() as cur:
@@ -128,18 +119,11 @@ def _staged_before(cur, config: dict, writer: str) -> str:
     run (the rows a restore needs were staged before it began)."""
     schema_name, name = split_table(config["table"])
     stage = sql.Identifier(schema_name, f"{name}__keel_stage")
-    cur.execute(
-        psycopg_string(sql.SQL("SELECT to_regclass({})").format(sql.Literal(psycopg_string(stage))))
-    )
+    cur.execute(f"SELECT to_regclass({regclass(stage)})")
     if cur.fetchone()[0] is None:
         return ""
-    cur.execute(
-        psycopg_string(
-            sql.SQL(
-                "SELECT count(*) FROM (SELECT 1 FROM {} WHERE keel_writer = {} LIMIT 1) s"
-            ).format(stage, sql.Literal(writer))
-        )
-    )
+    waiting = sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE keel_writer = {})")
+    cur.execute(psycopg_string(waiting.format(stage, sql.Literal(writer))))
     return "an earlier attempt's rows wait in the staging table" if cur.fetchone()[0] else ""
 
 
@@ -198,12 +182,8 @@ class PreparedJdbcWriter(SinkWriter):
         settled when this one opened)."""
         settle(self.conn, self._own(), int(state["checkpoint"]), False)
 
-    def _own(self) -> list[tuple[str, int]]:
-        return [
-            (gid, checkpoint)
-            for gid, checkpoint in prepared(self.conn, self.prefix)
-            if attempt_of(gid) == self.attempt
-        ]
+    def _own(self) -> list[Prepared]:
+        return [p for p in prepared(self.conn, self.prefix) if p.attempt == self.attempt]
 
     def close(self) -> None:
         """A batch pipeline finished: everything it wrote becomes visible."""
@@ -234,9 +214,9 @@ def settle_job(config: dict, job_uuid: str, completed: dict[int, int]) -> tuple[
         config, "keel-cleanup", autocommit=True, options="-c statement_timeout=30000"
     ) as conn:
         committed = rolled_back = 0
-        for gid, checkpoint in prepared(conn, f"{GID_PREFIX}{job_uuid}-"):
-            pipeline = int(_GID.match(gid)["writer"][len(job_uuid) + 1 :].split("-")[0])
-            done = settle(conn, [(gid, checkpoint)], completed.get(pipeline, -1))
+        for found in prepared(conn, f"{GID_PREFIX}{job_uuid}-"):
+            pipeline = int(found.writer[len(job_uuid) + 1 :].split("-")[0])
+            done = settle(conn, [found], completed.get(pipeline, -1))
             committed += done[0]
             rolled_back += done[1]
     return committed, rolled_back

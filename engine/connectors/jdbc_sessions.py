@@ -8,15 +8,23 @@ import uuid as uuidlib
 
 import psycopg
 
+from engine.connectors import pg_arrow
 from engine.connectors.pg import connect
+
 
 #: A sink session never waits long or hangs: a lock held by a stuck session, a statement, or a
 #: transaction its (frozen) worker left open each end within these.
-SINK_SESSION_OPTIONS = (
-    "-c lock_timeout=10000 -c statement_timeout=300000 -c idle_in_transaction_session_timeout=10000"
-    # A timestamp without a zone is UTC (the data plane's), whichever path writes it.
-    " -c TimeZone=UTC -c DateStyle=ISO"
-)
+def sink_session_options(idle_ms: int = 10_000) -> str:
+    """The options of a sink session whose transactions may stay idle ``idle_ms``."""
+    return (
+        "-c lock_timeout=10000 -c statement_timeout=300000"
+        f" -c idle_in_transaction_session_timeout={idle_ms}"
+        # A timestamp without a zone is UTC (the data plane's), whichever path writes it.
+        " -c TimeZone=UTC -c DateStyle=ISO"
+    )
+
+
+SINK_SESSION_OPTIONS = sink_session_options()
 
 
 #: PostgreSQL keeps 63 bytes of an application_name: a sink session's name is built to fit
@@ -47,15 +55,28 @@ def sink_application_name(member_uuid: str, writer: str, attempt: int) -> str:
     return name
 
 
+def _sink_name(context: dict, writer: str) -> str:
+    return sink_application_name(context.get("memberUuid", ""), writer, context.get("attempt", 0))
+
+
 def connect_sink(config: dict, context: dict, writer: str) -> psycopg.Connection:
     return connect(
         config,
-        application_name=sink_application_name(
-            context.get("memberUuid", ""), writer, context.get("attempt", 0)
-        ),
+        application_name=_sink_name(context, writer),
         options=SINK_SESSION_OPTIONS,
         autocommit=False,
     )
+
+
+def connect_sink_arrow(
+    config: dict,
+    context: dict,
+    writer: str,
+    options: str = SINK_SESSION_OPTIONS,
+    autocommit: bool = False,
+):
+    """The writer's ADBC session, named as its psycopg one: a newer attempt's fence ends both."""
+    return pg_arrow.connect(config, _sink_name(context, writer), options, autocommit)
 
 
 def writer_key(context: dict) -> str:
@@ -76,28 +97,19 @@ def fence_older_attempts(conn: psycopg.Connection, writer: str, attempt: int) ->
     """End the sessions of this writer's older attempts (a zombie frozen mid-COPY, or woken
     after its member was removed), waiting until they are gone, then hold the writer's lock
     for this attempt's life: nothing an older attempt sent can land after this returns."""
-    conn.execute(
-        """
-        SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
-         WHERE application_name LIKE 'keel-sink:%%' AND pid <> pg_backend_pid()
-           AND datname = current_database()
-           AND split_part(application_name, ':', 3) = %s
-           AND split_part(application_name, ':', 4) ~ '^[0-9]+$'
-           AND split_part(application_name, ':', 4)::int < %s
-        """,
-        (writer_tag(writer), attempt),
-    )
+    older = (writer_tag(writer), attempt)
+    conn.execute("SELECT pg_terminate_backend(pid, 5000) " + _OLDER_SESSIONS, older)
     conn.execute("SELECT pg_stat_clear_snapshot()")  # the activity as it is now
-    if conn.execute(_OLDER_SESSIONS, (writer_tag(writer), attempt)).fetchone()[0]:
+    if conn.execute("SELECT count(*) " + _OLDER_SESSIONS, older).fetchone()[0]:
         conn.rollback()
         raise RuntimeError(f"a session of an older attempt of writer {writer} did not end")
     conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"keel-writer:{writer}",))
     conn.commit()
 
 
-#: Sessions of a writer's older attempts still there (the fence waited 5 s for each).
+#: The sessions of a writer's older attempts (``FROM ...``: ended, then counted).
 _OLDER_SESSIONS = """
-SELECT count(*) FROM pg_stat_activity
+  FROM pg_stat_activity
  WHERE application_name LIKE 'keel-sink:%%' AND pid <> pg_backend_pid()
    AND datname = current_database()
    AND split_part(application_name, ':', 3) = %s

@@ -146,3 +146,13 @@ def staged(schema: Schema):
         return tuple(out)
 
     return fit
+
+
+def psycopg_string(composable: sql.Composable) -> str:
+    """A statement as text (no parameters: every value in it is a literal)."""
+    return composable.as_string(None)
+
+
+def regclass(table: sql.Identifier) -> str:
+    """A table's quoted name as a literal (for ``::regclass``)."""
+    return psycopg_string(sql.Literal(psycopg_string(table)))

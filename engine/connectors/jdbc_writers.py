@@ -7,7 +7,6 @@ import hashlib
 
 from psycopg import sql
 
-from engine.connectors import pg_arrow
 from engine.connectors.base import SinkWriter
 from engine.connectors.jdbc_ingest import (
     ArrowStage,
@@ -19,16 +18,17 @@ from engine.connectors.jdbc_ingest import (
     writes_directly,
 )
 from engine.connectors.jdbc_sessions import (
-    SINK_SESSION_OPTIONS,
     connect_sink,
+    connect_sink_arrow,
     fence_older_attempts,
-    sink_application_name,
     writer_key,
 )
 from engine.connectors.jdbc_statements import (
     STAGE_TYPES,
     _insert_from,
     custom_statement,
+    psycopg_string,
+    regclass,
     staged,
     target_columns,
     text_casts,
@@ -71,10 +71,9 @@ class JdbcWriter(SinkWriter):
         self.custom = custom_statement(config["query"]) if config.get("query") else None
         self.bulk = None
         if not self.custom and bulk_capable(schema):
-            name = sink_application_name(
-                context.get("memberUuid", ""), writer_key(context), context.get("attempt", 0)
+            self._open_bulk(
+                config, schema, connect_sink_arrow(config, context, writer_key(context))
             )
-            self._open_bulk(config, schema, name)
             return
         self.conn = connect_sink(config, context, writer_key(context))
         if self.custom:
@@ -88,14 +87,13 @@ class JdbcWriter(SinkWriter):
         self.upsert = from_temp_stage(table, cols, self.columns, upsert_keys(config))
         self.copy = sql.SQL("COPY keel_stage ({cols}) FROM STDIN").format(cols=cols)
 
-    def _open_bulk(self, config: dict, schema: Schema, name: str) -> None:
-        """The ADBC session, its temporary stage (text where Arrow cannot write the target's
-        type) and the statement that moves a batch from it into the target."""
+    def _open_bulk(self, config: dict, schema: Schema, adbc) -> None:
+        """On the ADBC session ``adbc``: its temporary stage (text where Arrow cannot write
+        the target's type) and the statement that moves a batch from it into the target."""
         self.columns = target_columns(config, schema)
         table = table_ident(config["table"])
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
         kinds = schema.kinds
-        adbc = pg_arrow.connect(config, name, SINK_SESSION_OPTIONS)
         try:
             self._stage_bulk(adbc, config, table, cols, kinds)
         except BaseException:
@@ -167,16 +165,6 @@ class JdbcWriter(SinkWriter):
         self.close()
 
 
-def psycopg_string(composable: sql.Composable) -> str:
-    """A statement as text (no parameters: every value in it is a literal)."""
-    return composable.as_string(None)
-
-
-def regclass(table: sql.Identifier) -> str:
-    """A table's quoted name as a literal (for ``::regclass``)."""
-    return psycopg_string(sql.Literal(psycopg_string(table)))
-
-
 class ExactlyOnceJdbcWriter(SinkWriter):
     """Exactly-once writer for checkpointed jobs.
 
@@ -198,13 +186,7 @@ class ExactlyOnceJdbcWriter(SinkWriter):
         # fence ends it with this one's, so nothing it sends lands after that fence.
         adbc = None
         if not self.custom and bulk_capable(schema):
-            adbc = pg_arrow.connect(
-                config,
-                sink_application_name(
-                    context.get("memberUuid", ""), self.writer, context.get("attempt", 0)
-                ),
-                SINK_SESSION_OPTIONS,
-            )
+            adbc = connect_sink_arrow(config, context, self.writer)
         try:
             self.conn = connect_sink(config, context, self.writer)
             self._open(config, schema, context, adbc)

@@ -6,6 +6,7 @@ attempt left prepared when it opens (the writer a job uses may change between at
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import psycopg
 from psycopg import sql
@@ -18,27 +19,38 @@ def transaction_id(writer: str, checkpoint: int, attempt: int) -> str:
     return f"{GID_PREFIX}{writer}:{checkpoint}:{attempt}"
 
 
-def prepared(conn: psycopg.Connection, prefix: str) -> list[tuple[str, int]]:
-    """(gid, checkpoint) of this database's prepared transactions whose gid starts with
-    ``prefix``, oldest checkpoint first."""
+class Prepared(NamedTuple):
+    gid: str
+    writer: str
+    checkpoint: int
+    attempt: int
+
+
+def prepared(conn: psycopg.Connection, prefix: str) -> list[Prepared]:
+    """This database's prepared transactions whose gid starts with ``prefix``, oldest
+    checkpoint first."""
     rows = conn.execute(
         "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
         "AND starts_with(gid, %s)",
         (prefix,),
     ).fetchall()
-    found = [(gid, int(m["checkpoint"])) for (gid,) in rows if (m := _GID.match(gid))]
-    return sorted(found, key=lambda item: (item[1], item[0]))
+    found = [
+        Prepared(gid, m["writer"], int(m["checkpoint"]), int(m["attempt"]))
+        for (gid,) in rows
+        if (m := _GID.match(gid))
+    ]
+    return sorted(found, key=lambda p: (p.checkpoint, p.gid))
 
 
 def settle(
-    conn: psycopg.Connection, found: list[tuple[str, int]], upto: int, rollback: bool = True
+    conn: psycopg.Connection, found: list[Prepared], upto: int, rollback: bool = True
 ) -> tuple[int, int]:
     """Commit every prepared transaction of ``found`` up to checkpoint ``upto`` (in checkpoint
     order), and roll back the later ones when ``rollback``. One settled by another session
     meanwhile is passed over. ``conn`` autocommits (these statements refuse a transaction).
     Returns (committed, rolled back)."""
     committed = rolled_back = 0
-    for gid, checkpoint in found:
+    for gid, _, checkpoint, _ in found:
         if checkpoint <= upto:
             statement = sql.SQL("COMMIT PREPARED {}")
         elif rollback:
@@ -70,7 +82,3 @@ def settle_leftovers(conn: psycopg.Connection, writer: str, restored: int | None
             settle(conn, found, -1 if restored is None else restored)
     finally:
         conn.autocommit = autocommit
-
-
-def attempt_of(gid: str) -> int:
-    return int(_GID.match(gid)["attempt"])
