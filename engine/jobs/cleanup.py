@@ -135,6 +135,7 @@ def overdue_count() -> int:
 def execute(record_id: int) -> str:
     """Execute one record if it is due and open; what happened, in a word or two."""
     try:
+        settled = _settle_first(record_id)
         with transaction.atomic():
             record = (
                 JobCleanupRecord.objects.select_for_update(skip_locked=True)
@@ -147,7 +148,7 @@ def execute(record_id: int) -> str:
                 return f"{record.state.lower()} already"
             if record.due_at > _now():
                 return "not due yet"
-            removed = _REMOVERS[record.kind](record)
+            removed = _REMOVERS[record.kind](record) + settled
             JobCleanupRecord.objects.filter(id=record.id).update(
                 state=CleanupState.DONE,
                 executed_at=Now(),
@@ -244,7 +245,6 @@ def _remove_job_state(record: JobCleanupRecord) -> str:
         ]
     )
     freed = _free_slots_held(job)
-    settled = _settle_prepared(job)
     acks, _ = TaskCheckpoint.objects.filter(checkpoint__job=job).delete()
     checkpoints, _ = Checkpoint.objects.filter(job=job).delete()
     splits, _ = SplitAssignment.objects.filter(pipeline__job=job).delete()
@@ -254,8 +254,21 @@ def _remove_job_state(record: JobCleanupRecord) -> str:
     return (
         f"{pipelines} pipelines, {task_groups} task groups, {checkpoints} checkpoints "
         f"({acks} acks), {splits} split assignments, {steps} control steps, {freed} slots freed"
-        + settled
     )
+
+
+def _settle_first(record_id: int) -> str:
+    """A due job-state record's prepared transactions, settled before its transaction: the
+    calls to the sinks' databases never run inside a transaction of the engine's own (whose
+    idle limit would end it). Safe before the record's lock: a terminal job's completed
+    checkpoints no longer change, and settling twice changes nothing."""
+    record = JobCleanupRecord.objects.filter(
+        id=record_id, kind=CleanupKind.JOB_STATE, state__in=CLEANUP_OPEN
+    ).first()
+    if record is None or record.due_at > _now():
+        return ""
+    job = Job.objects.filter(id=record.job_id, status__in=JOB_TERMINAL).first()
+    return _settle_prepared(job) if job is not None else ""
 
 
 def _settle_prepared(job: Job) -> str:
