@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.clusterkit import Cluster, DatabaseTemplate, wait_for
+from tests.clusterkit import Cluster, DatabaseTemplate, run_batch_job
 from tests.faultkit import PrivatePostgres
 
 ROWS = int(os.environ.get("KEEL_BENCH_PG_ROWS", "1000000"))
@@ -142,26 +142,11 @@ def keel_copy(
     checkpoint = f", checkpoint.interval = {checkpoint_ms}" if checkpoint_ms else ""
     sink = ", is_exactly_once = true" if prepared else ""
     config = JOB.format(parallelism=parallelism, checkpoint=checkpoint, url=url, sink=sink)
-    code, body = cluster.post("/api/v1/jobs", {"config": config})
-    assert code == 201, body
-    job_id = body["jobId"]
-    wait_for(
-        lambda: cluster.one(
-            "SELECT status IN ('FINISHED', 'FAILED', 'CANCELED') FROM engine_job WHERE id = %s",
-            (job_id,),
-        ),
-        900,
-        interval=0.05,
-        what="the copy job to end",
-    )
-    status, seconds, error = cluster.query(
-        "SELECT status, extract(epoch FROM finished_at - created_at)::float8, error_msg"
-        " FROM engine_job WHERE id = %s",
+    job_id = run_batch_job(cluster, config, "the copy job", timeout=900)
+    return cluster.one(
+        "SELECT extract(epoch FROM finished_at - created_at)::float8 FROM engine_job WHERE id = %s",
         (job_id,),
-    )[0]
-    if status != "FINISHED":
-        raise SystemExit(f"the copy job ended {status}: {error}")
-    return seconds
+    )
 
 
 def rate(rows: int, seconds: list[float]) -> float:
@@ -193,8 +178,7 @@ def main() -> None:
                 seconds = keel_copy(cluster, parallelism, checkpoint_ms, prepared)
                 times.setdefault(name, []).append(seconds)
                 check_target(ROWS, f"Keel {name}")
-        reset_target()
-        dlt_seconds = dlt_pipe()
+        dlt_seconds = dlt_pipe()  # into its own dataset (dlt_copy.src), not dst
         reference = rate(ROWS, times["adbc"])
         print(f"{ROWS:,} rows, median of {ROUNDS} alternating rounds (rows/s; ratio to ADBC):")
         labels = {

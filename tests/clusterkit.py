@@ -463,13 +463,17 @@ def run_batch_job(cluster: Cluster, config: str, what: str, timeout: float = 300
     job_id = body["jobId"]
     wait_for(
         lambda: cluster.one(
-            "SELECT status IN ('FINISHED', 'FAILED') FROM engine_job WHERE id = %s", (job_id,)
+            "SELECT status IN ('FINISHED', 'FAILED', 'CANCELED') FROM engine_job WHERE id = %s",
+            (job_id,),
         ),
         timeout,
         interval=0.2,
         what=f"{what} to end",
     )
-    assert cluster.one("SELECT status FROM engine_job WHERE id = %s", (job_id,)) == "FINISHED"
+    status, error = cluster.query(
+        "SELECT status, error_msg FROM engine_job WHERE id = %s", (job_id,)
+    )[0]
+    assert status == "FINISHED", f"{what} ended {status}: {error}"
     return job_id
 
 
