@@ -75,6 +75,20 @@ def plain_table(cur, relation: str) -> bool:
     return bool(cur.fetchall()[0][0])
 
 
+def not_direct(
+    cur, relation: str, columns: list[str], kinds: list[str]
+) -> tuple[str, dict[str, tuple[str, str]]]:
+    """Why batches cannot go straight into ``relation`` with binary COPY ("" when they can),
+    and its column types: it must be a plain table, each column taking its field as it is."""
+    types = column_types(cur, relation)
+    if not plain_table(cur, relation):
+        return "the table is not an ordinary table without rules or row security", types
+    for column, kind in zip(columns, kinds, strict=True):
+        if not writes_directly(kind, types[column][0]):
+            return f"field {column} ({kind}) is cast to {types[column][0]} on the way", types
+    return "", types
+
+
 def to_text_ddl(stage: sql.Composable, columns: list[str]) -> sql.Composed:
     return sql.SQL("ALTER TABLE {s} ").format(s=stage) + sql.SQL(", ").join(
         sql.SQL("ALTER COLUMN {c} TYPE text USING {c}::text").format(c=sql.Identifier(c))

@@ -23,9 +23,7 @@ from engine.connectors.base import SinkWriter
 from engine.connectors.jdbc_ingest import (
     ArrowStage,
     bulk_capable,
-    column_types,
-    plain_table,
-    writes_directly,
+    not_direct,
 )
 from engine.connectors.jdbc_sessions import (
     connect_sink,
@@ -103,14 +101,7 @@ def _unfit_target(cur, config: dict, columns: list[str], kinds: list[str]):
     cur.execute("SELECT current_setting('max_prepared_transactions')::int")
     if cur.fetchone()[0] <= 0:
         return "the server's max_prepared_transactions is 0", None
-    relation = regclass(table_ident(config["table"]))
-    if not plain_table(cur, relation):
-        return "the table is not an ordinary table without rules or row security", None
-    types = column_types(cur, relation)
-    for column, kind in zip(columns, kinds, strict=True):
-        if not writes_directly(kind, types[column][0]):
-            return f"field {column} ({kind}) is cast to {types[column][0]} on the way", None
-    return "", types
+    return not_direct(cur, regclass(table_ident(config["table"])), columns, kinds)
 
 
 def _staged_before(cur, config: dict, writer: str) -> str:

@@ -12,10 +12,9 @@ from engine.connectors.jdbc_ingest import (
     ArrowStage,
     bulk_capable,
     column_types,
-    plain_table,
+    not_direct,
     text_staged,
     to_text_ddl,
-    writes_directly,
 )
 from engine.connectors.jdbc_sessions import (
     connect_sink,
@@ -106,15 +105,8 @@ class JdbcWriter(SinkWriter):
         INSERT ... SELECT (an upsert on the keys) in the batch's transaction."""
         keys = upsert_keys(config)
         with adbc.cursor() as cur:
-            target_types = column_types(cur, regclass(table))
-            direct = (
-                not keys
-                and plain_table(cur, regclass(table))
-                and all(
-                    writes_directly(kind, target_types[c][0])
-                    for c, kind in zip(self.columns, kinds, strict=True)
-                )
-            )
+            why, target_types = not_direct(cur, regclass(table), self.columns, kinds)
+            direct = not keys and not why
             if not direct:
                 cur.execute(psycopg_string(temp_stage(table, cols)))
                 stage_types = column_types(cur, "'keel_stage'")
