@@ -76,14 +76,12 @@ def test_a_typo_of_a_keel_option_is_still_refused_with_a_hint(api):
 def test_an_alias_and_its_keel_name_disagreeing_is_refused_naming_the_alias(api):
     config = """
     source { FakeSource { result_table_name = a, plugin_output = b } }
-    sink { Console { source_table_name = [a, b] } }
+    sink { Console { source_table_name = a, plugin_input = "b, c" } }
     """
     errors = submit(api, config).json()["errors"]
     paths = {e["path"]: e["message"] for e in errors}
     assert paths["source[0].FakeSource.result_table_name"] == "says 'a' but plugin_output says 'b'"
-    assert (
-        paths["sink[0].Console.source_table_name"] == "several streams are not supported: name one"
-    )
+    assert paths["sink[0].Console.source_table_name"] == "says 'a' but plugin_input says 'b, c'"
 
 
 def test_the_submit_page_shows_the_warnings(client, transactional_db, engine):

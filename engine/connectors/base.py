@@ -97,7 +97,10 @@ class Plugin:
                 Option("parallelism", int, min=1, help="readers of this source (else the job's)"),
             )
         if cls.section in ("transform", "sink"):
-            common += (Option("plugin_input", str, help="name of the stream this consumes"),)
+            common += (
+                Option("plugin_input", list, help="names of the streams this consumes"),
+                Option("parallelism", int, min=1, help="no effect: it runs in each reader"),
+            )
         return common + cls.options
 
     @classmethod
@@ -121,23 +124,28 @@ def _unalias(plugin: type[Plugin], block: PluginBlock) -> tuple[dict[str, Any], 
         if alias not in options or name not in known:
             continue
         value = options.pop(alias)
-        stream = name in ALIASES.values()
-        if stream and isinstance(value, list) and len(value) == 1:
+        if name == "plugin_output" and isinstance(value, list) and len(value) == 1:
             value = value[0]
-        if stream and isinstance(value, list):
-            errors.append(_error(block, alias, "several streams are not supported: name one"))
-        elif name in options and _one(options[name]) != value:
+        if name == "plugin_output" and isinstance(value, list):
+            errors.append(_error(block, alias, "a plugin makes one stream: name one"))
+        elif name in options and _streams(options[name]) != _streams(value):
             errors.append(_error(block, alias, f"says {value!r} but {name} says {options[name]!r}"))
         else:
             options[name] = value
-    for name in ALIASES.values():  # SeaTunnel's JSON form writes a stream as a list of one
-        if isinstance(options.get(name), list) and len(options[name]) == 1:
-            options[name] = options[name][0]
+    # SeaTunnel's JSON form writes a stream as a list of one; several inputs may be a list or
+    # a comma-separated string.
+    if isinstance(options.get("plugin_output"), list) and len(options["plugin_output"]) == 1:
+        options["plugin_output"] = options["plugin_output"][0]
+    if options.get("plugin_input") is not None and "plugin_input" in known:
+        options["plugin_input"] = _streams(options["plugin_input"])
     return options, errors
 
 
-def _one(value: Any) -> Any:
-    return value[0] if isinstance(value, list) and len(value) == 1 else value
+def _streams(value: Any) -> Any:
+    """Stream names as a list: ``a``, ``"a, b"`` and ``[a, b]`` alike."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
 
 
 def validate_block(

@@ -7,44 +7,19 @@ one thread), each in its own slot, as Zeta does: parallelism 10 needs 11 slots.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 
 from engine.connectors import get_plugin, plugin_names, validate_block
-from engine.connectors.base import Option
 from engine.connectors.batches import ROW_KIND
 from engine.jobconfig import SECTIONS, ConfigError, PluginBlock, parse_job_config
+from engine.jobs import wiring
+from engine.jobs.envoptions import MAX_PARALLELISM, validate_env
 from engine.jobs.multitable import mentions_table, per_table
 from engine.sourceruntime import LEGACY, Lane, SourceRuntime
 from engine.sourceruntime import choose as choose_lane
-from engine.states import JobMode
-
-ENV_OPTIONS = (
-    Option("job.name", str, default=None),
-    Option("job.mode", str, default=JobMode.BATCH.value, choices=tuple(JobMode.values)),
-    Option("parallelism", int, default=1, min=1),
-    Option("checkpoint.interval", int, default=None, min=0, help="ms; 0 disables"),
-    Option("checkpoint.timeout", int, default=60000, min=1),
-    Option("checkpoint.max-retained", int, default=3, min=1),
-    Option("job.retry.times", int, default=3, min=0),
-    Option("job.retry.interval.seconds", int, default=3, min=0),
-    Option("job.dirty-task.threshold", int, default=-1),
-)
-#: Env options that SeaTunnel documents and that have no effect here: accepted, with a warning
-#: that says why. Options of other engines (``spark.*``, ``flink.*``) likewise.
-IGNORED_ENV_OPTIONS = {
-    "jars": "Keel's plugins are built in; no jars are loaded",
-    "shade.identifier": "Keel stores no shaded secrets in configs (use a named connection)",
-    "savemode.execute.location": "Keel's sinks apply their save mode where they run",
-    "read_limit.rows_per_second": "use the source's own rate options",
-    "read_limit.bytes_per_second": "use the source's own rate options",
-}
-FOREIGN_ENV_PREFIXES = ("spark.", "flink.")
-STREAMING_CHECKPOINT_INTERVAL = 10000
-MAX_PARALLELISM = 256
 
 
 @dataclass
@@ -150,42 +125,6 @@ def connects(text: str, variables: dict[str, str] | None = None) -> bool:
     )
 
 
-def validate_env(env: dict[str, Any]) -> tuple[dict[str, Any], list[dict], list[dict]]:
-    """(the env with defaults, errors, warnings). SeaTunnel's options without effect here and
-    other engines' options are warned about; anything else unknown is an error, with the
-    nearest known name when it looks like a typo."""
-    errors: list[dict] = []
-    warnings: list[dict] = []
-    out: dict[str, Any] = {}
-    known = {o.name for o in ENV_OPTIONS}
-    for key in env:
-        if key in known:
-            continue
-        path = f"env.{key}"
-        if key in IGNORED_ENV_OPTIONS:
-            warnings.append({"path": path, "message": f"no effect: {IGNORED_ENV_OPTIONS[key]}"})
-        elif key.startswith(FOREIGN_ENV_PREFIXES):
-            engine = key.split(".", 1)[0].capitalize()
-            warnings.append({"path": path, "message": f"ignored: an option of {engine}"})
-        else:
-            near = difflib.get_close_matches(key, sorted(known | set(IGNORED_ENV_OPTIONS)), n=1)
-            hint = f"did you mean {near[0]}?" if near else f"known: {', '.join(sorted(known))}"
-            errors.append({"path": path, "message": f"unknown env option ({hint})"})
-    for option in ENV_OPTIONS:
-        if option.name not in env or env[option.name] is None:
-            out[option.name] = option.default
-            continue
-        try:
-            out[option.name] = option.coerce(env[option.name])
-        except ValueError as exc:
-            errors.append({"path": f"env.{option.name}", "message": str(exc)})
-    if out.get("parallelism") and out["parallelism"] > MAX_PARALLELISM:
-        errors.append({"path": "env.parallelism", "message": f"must be at most {MAX_PARALLELISM}"})
-    if not errors and out["checkpoint.interval"] is None and out["job.mode"] == JobMode.STREAMING:
-        out["checkpoint.interval"] = STREAMING_CHECKPOINT_INTERVAL
-    return out, errors, warnings
-
-
 def plan_job(
     text: str, job_name: str | None = None, variables: dict[str, str] | None = None
 ) -> JobPlan:
@@ -202,7 +141,7 @@ def plan_job(
                 plugins[node.path] = get_plugin(section, block.name)(node.config, node.path)
     if errors:
         raise ConfigError(errors)
-    pipelines = _wire(nodes, plugins, errors)
+    pipelines = _wire(nodes, plugins, errors, warnings)
     if errors:
         raise ConfigError(errors)
     for pipeline in pipelines:
@@ -272,101 +211,50 @@ def _plan_node(block: PluginBlock, errors: list[dict], warnings: list[dict]) -> 
     )
 
 
-def _wire(nodes: dict[str, list], plugins: dict, errors: list[dict]) -> list[PipelinePlan]:
-    """Connect plugins by plugin_output/plugin_input (or in order when none is named)."""
+def _wire(nodes: dict[str, list], plugins: dict, errors: list[dict], warnings: list[dict]):
+    """Connect plugins by plugin_output/plugin_input, SeaTunnel's way (engine.jobs.wiring),
+    into a pipeline per source (and per table of a multi-table source)."""
     sources, transforms, sinks = nodes["source"], nodes["transform"], nodes["sink"]
-    named = any(n.config.get("plugin_output") for n in sources + transforms) or any(
-        n.config.get("plugin_input") for n in transforms + sinks
-    )
-    if not named:
-        if len(sources) != 1:
-            errors.append(
+    for node in transforms + sinks:
+        if node.config.get("parallelism") is not None:
+            warnings.append(
                 {
-                    "path": "source",
-                    "message": "several sources need plugin_output and "
-                    "plugin_input to say how they connect",
+                    "path": f"{node.path}.parallelism",
+                    "message": "no effect: a pipeline's transforms and sinks run in each of its "
+                    "readers (the source's parallelism)",
                 }
             )
-            return []
-        previous = sources[0].key
-        for t in transforms:
-            t.input, previous = previous, t.key
-        for k in sinks:
-            k.input = previous
-    else:
-        outputs: dict[str, str] = {}
-        for n in sources + transforms:
-            out = n.config.get("plugin_output")
-            problem = None
-            if not out:
-                problem = "is required when plugins are wired by name"
-            elif out in outputs:
-                problem = f"{out!r} is already produced by {outputs[out]}"
-            if problem:
-                errors.append({"path": f"{n.path}.plugin_output", "message": problem})
-            else:
-                outputs[out] = n.key
-        paths = {n.key: n.path for n in sources + transforms}
-        for n in transforms + sinks:
-            name = n.config.get("plugin_input")
-            problem = None
-            if not name:
-                problem = "is required when plugins are wired by name"
-            elif name not in outputs:
-                problem = f"no source or transform produces {name!r}"
-            elif outputs[name] == n.key:
-                problem = "a transform cannot consume its own output"
-            if problem:
-                errors.append({"path": f"{n.path}.plugin_input", "message": problem})
-            else:
-                n.input = outputs[name]
-        if errors:
-            return []
-        _check_cycles(transforms, paths, errors)
-        if errors:
-            return []
-    return _pipelines(sources, transforms, sinks, plugins, errors)
-
-
-def _check_cycles(transforms: list[PlanNode], paths: dict, errors: list[dict]) -> None:
-    by_key = {t.key: t for t in transforms}
-    for t in transforms:
-        seen, current = set(), t
-        while current is not None and current.key in by_key:
-            if current.key in seen:
-                errors.append(
-                    {"path": f"{t.path}.plugin_input", "message": "the transforms form a cycle"}
-                )
-                return
-            seen.add(current.key)
-            current = by_key.get(current.input)
-
-
-def _pipelines(sources, transforms, sinks, plugins, errors) -> list[PipelinePlan]:
-    by_key = {n.key: n for n in sources + transforms}
-
-    def root(node: PlanNode) -> PlanNode:
-        while node.input is not None:
-            node = by_key[node.input]
-        return node
-
+    inputs = wiring.resolve(sources, transforms, sinks, errors, warnings)
+    if errors:
+        return []
+    reached = set(inputs)
+    for node in transforms + sinks:
+        if node.key not in reached:
+            errors.append(
+                {"path": f"{node.path}.plugin_input", "message": "there is no stream to consume"}
+            )
+    trees = wiring.trees(sources, transforms, sinks, inputs, errors)
+    if errors:
+        return []
     pipelines: list[PipelinePlan] = []
-    for source in sources:
-        members = [t for t in transforms if root(t) is source]
-        outs = [k for k in sinks if root(k) is source]
+    for source, members, outs in trees:
         if not outs:
             errors.append(
                 {"path": f"{source.path}", "message": "no sink consumes this source's output"}
             )
             continue
+        for node in members + outs:  # each copy's plugin sees the one stream it consumes
+            section = "sink" if node.key.startswith("k") else "transform"
+            plugins[node.path] = get_plugin(section, node.plugin)(node.config, node.path)
         for table_source, table_members, table_outs in per_table(
             source, members, outs, plugins, errors
         ):
             plan = PipelinePlan(source=table_source, transforms=table_members, sinks=table_outs)
             _propagate_schema(plan, plugins, errors)
             pipelines.append(plan)
+    consumed = {k for producers in inputs.values() for k in producers}
     for t in transforms:
-        if not any(root(k) is root(t) for k in sinks):
+        if t.key not in consumed:
             errors.append({"path": t.path, "message": "no sink consumes this transform's output"})
     return pipelines
 
