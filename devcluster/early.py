@@ -28,13 +28,22 @@ STARTED = "KEEL_CLUSTER_STARTED_EARLY"
 
 def add_up_arguments(parser: argparse.ArgumentParser) -> None:
     """``cluster up``'s options (the command and the early start parse the same)."""
-    from engine.cli import add_slot_options
+    from engine.cli import add_slot_options, worker_tags
 
     parser.add_argument("--masters", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
     add_slot_options(parser)
     parser.add_argument("--heartbeat-timeout", type=float, default=5.0, metavar="SECONDS")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--worker-tags",
+        type=worker_tags,
+        action="append",
+        default=[],
+        metavar="[WORKER:]KEY=VALUE[,KEY=VALUE]",
+        help="tags of a worker (e.g. worker-1:group=platform,team=team1), or of every worker "
+        "without WORKER:; matched by a job's env.tag_filter (repeatable)",
+    )
     parser.add_argument(
         "--timeout",
         type=float,
@@ -131,14 +140,18 @@ def _up(files: ProcessFiles, args: list[str]) -> list:
         return []
     if files.spec_path.exists() and any(p["alive"] for p in files.status()):
         return []  # the command says a cluster is already running here
-    spec = ClusterSpec.build(
-        masters=opts.masters,
-        workers=opts.workers,
-        slots=opts.slots,
-        slot_mode=opts.slot_mode,
-        heartbeat_timeout=opts.heartbeat_timeout,
-        port=opts.port,
-    )
+    try:
+        spec = ClusterSpec.build(
+            masters=opts.masters,
+            workers=opts.workers,
+            slots=opts.slots,
+            slot_mode=opts.slot_mode,
+            heartbeat_timeout=opts.heartbeat_timeout,
+            port=opts.port,
+            worker_tags=opts.worker_tags,
+        )
+    except ClusterError:
+        return []  # the command says what is wrong
     files.save_spec(spec)
     for proc in spec.processes:
         files.pid_path(proc.name).unlink(missing_ok=True)

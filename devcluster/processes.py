@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -53,7 +54,11 @@ class ClusterSpec:
         slot_mode: str,
         heartbeat_timeout: float,
         port: int,
+        worker_tags: Sequence[tuple[str | None, dict[str, str]]] = (),
     ) -> ClusterSpec:
+        """The cluster's processes; ``worker_tags``: (a worker's name, or None for every
+        worker; its tags), as ``--worker-tags`` gives them, each worker started with its own
+        ``--tag`` arguments (so ``cluster start`` starts it again with the same tags)."""
         spec = cls(masters, workers, slots, str(slot_mode), heartbeat_timeout, port)
         py = sys.executable
         spec.processes.append(ProcessSpec("web", [py, MANAGE, "web", "--port", str(port)], "web"))
@@ -62,9 +67,19 @@ class ClusterSpec:
             argv = [py, MANAGE, "master", "--name", name, "--heartbeat-timeout"]
             spec.processes.append(ProcessSpec(name, [*argv, str(heartbeat_timeout)], "master"))
         mode_flag = "--fixed-slots" if slot_mode == FIXED else "--dynamic-slots"
-        for i in range(1, workers + 1):
-            name = f"worker-{i}"
+        names = [f"worker-{i}" for i in range(1, workers + 1)]
+        tags: dict[str, dict[str, str]] = {name: {} for name in names}
+        for target, pairs in worker_tags:
+            if target is not None and target not in tags:
+                raise ClusterError(
+                    f"--worker-tags names {target!r}, not a worker of this cluster "
+                    f"({names[0]}..{names[-1]})"
+                )
+            for name in names if target is None else [target]:
+                tags[name].update(pairs)
+        for name in names:
             argv = [py, MANAGE, "worker", "--name", name, "--slots", str(slots), mode_flag]
+            argv += [arg for k, v in tags[name].items() for arg in ("--tag", f"{k}={v}")]
             spec.processes.append(ProcessSpec(name, argv, "worker"))
         return spec
 

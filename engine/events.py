@@ -175,6 +175,7 @@ def member_joined(member: Member) -> EngineEvent:
             "slotMode": member.slot_mode,
             "slots": member.slot_count,
             "protocolVersion": member.protocol_version,
+            "tags": member.tags,
         },
     )
 

@@ -80,6 +80,16 @@ def overview() -> dict:
     }
 
 
+def tagged_workers(tags: dict[str, str]) -> dict:
+    """ALIVE members whose tags hold every pair of ``tags``: how many, and their slots (total and
+    unassigned), as SeaTunnel's ``/overview?tag=value`` counts them."""
+    members = Member.objects.alive().filter(tags__contains=tags)
+    slots = Slot.objects.filter(member__in=members)
+    total = slots.count()
+    assigned = slots.filter(state=SlotState.ASSIGNED).count()
+    return {"works": members.count(), "totalSlot": total, "unassignedSlot": total - assigned}
+
+
 def slots() -> list[dict]:
     """Every slot of every ALIVE member, with its owner (the task group holding it)."""
     owners = {

@@ -60,8 +60,9 @@ class Engine:
 
     # -- members --------------------------------------------------------------------------
 
-    def add_member(self, slots: int = 4) -> Member:
-        session = membership.register_member(f"sim-{next(_names)}", slots, SlotMode.FIXED)
+    def add_member(self, slots: int = 4, tags: dict[str, str] | None = None) -> Member:
+        name = f"sim-{next(_names)}"
+        session = membership.register_member(name, slots, SlotMode.FIXED, tags=tags)
         self.sessions[session.id] = session
         return Member.objects.get(id=session.id)
 

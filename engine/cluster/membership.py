@@ -163,8 +163,10 @@ def register_member(
     slot_mode: str,
     address: str | None = None,
     protocol_version: int = PROTOCOL_VERSION,
+    tags: dict[str, str] | None = None,
 ) -> MemberSession:
-    """Register a new member (fresh UUID) with its slots, holding its lock from the first instant.
+    """Register a new member (fresh UUID) with its slots and tags, holding its lock from the
+    first instant.
 
     The row, its slots, the ``member.joined`` event and the advisory lock are made in one
     transaction of the membership session: no one can see the member without its lock held.
@@ -183,8 +185,8 @@ def register_member(
                 """
                 INSERT INTO engine_member
                     (uuid, name, address, host, pid, state, slot_mode, slot_count,
-                     protocol_version, started_at, last_heartbeat, end_reason)
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, now(), now(), '')
+                     protocol_version, tags, started_at, last_heartbeat, end_reason)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, now(), now(), '')
                 RETURNING id
                 """,
                 (
@@ -197,6 +199,7 @@ def register_member(
                     slot_mode,
                     slots,
                     protocol_version,
+                    psycopg.types.json.Jsonb(tags or {}),
                 ),
             ).fetchone()[0]
             conn.execute("SELECT pg_advisory_lock(%s, %s)", member_lock_key(member_id))
@@ -211,6 +214,7 @@ def register_member(
                     slot_mode=slot_mode,
                     slot_count=slots,
                     protocol_version=protocol_version,
+                    tags=tags or {},
                 )
             )
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", EVENT_APPEND)

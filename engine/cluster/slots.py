@@ -1,7 +1,8 @@
 """Slots, and every transition of theirs: a fixed member's slots are created when it registers,
 a dynamic member's on demand; the scheduler takes and assigns them, a task group that ends frees
 its own. The slots of a member that is no longer ALIVE, or that is being drained (a planned
-leave, engine.jobs.drain), are never taken again.
+leave, engine.jobs.drain), are never taken again. ``tags`` (a job's ``tag_filter``) narrows
+every question to the members whose tags hold each of its pairs.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import psycopg
 from django.db import connection, models, transaction
 from django.db.models import Count, Exists, Max, OuterRef
+from psycopg.types.json import Jsonb
 
 from engine.models import Member, MemberDrain, Slot
 from engine.states import DrainState, MemberState, SlotMode, SlotState
@@ -20,9 +22,19 @@ def _draining(member_ref: str = "pk") -> Exists:
     )
 
 
-def takers() -> models.QuerySet:
-    """Members that may be given new task groups: ALIVE and not being drained."""
-    return Member.objects.alive().exclude(_draining())
+Tags = dict[str, str] | None
+
+
+def matching(queryset: models.QuerySet, tags: Tags, field: str = "tags") -> models.QuerySet:
+    """Members (or rows related to one through ``field``) whose tags hold every pair of
+    ``tags``; all of them when there are none."""
+    return queryset.filter(**{f"{field}__contains": tags}) if tags else queryset
+
+
+def takers(tags: Tags = None) -> models.QuerySet:
+    """Members that may be given new task groups: ALIVE, not being drained, and tagged as
+    ``tags`` asks."""
+    return matching(Member.objects.alive().exclude(_draining()), tags)
 
 
 def create_fixed_slots(conn: psycopg.Connection, member_id: int, count: int) -> None:
@@ -39,9 +51,9 @@ def create_fixed_slots(conn: psycopg.Connection, member_id: int, count: int) -> 
     )
 
 
-def _lock_free(count: int) -> list[tuple[int, int]]:
-    """Lock up to ``count`` free slots of ALIVE members not being drained: [(slot id, member
-    id)]."""
+def _lock_free(count: int, tags: Tags = None) -> list[tuple[int, int]]:
+    """Lock up to ``count`` free slots of ALIVE members not being drained (and tagged as
+    ``tags`` asks): [(slot id, member id)]."""
     with connection.cursor() as cur:
         cur.execute(
             """
@@ -50,16 +62,17 @@ def _lock_free(count: int) -> list[tuple[int, int]]:
              WHERE m.state = %s AND s.state = %s
                AND NOT EXISTS (SELECT 1 FROM engine_memberdrain d
                                 WHERE d.member_id = m.id AND d.state = %s)
+               AND m.tags @> %s
              ORDER BY s.sequence, s.member_id
              LIMIT %s
                FOR NO KEY UPDATE OF s SKIP LOCKED
             """,
-            [MemberState.ALIVE, SlotState.FREE, DrainState.DRAINING, count],
+            [MemberState.ALIVE, SlotState.FREE, DrainState.DRAINING, Jsonb(tags or {}), count],
         )
         return [(row[0], row[1]) for row in cur.fetchall()]
 
 
-def _create_dynamic(count: int) -> list[tuple[int, int]]:
+def _create_dynamic(count: int, tags: Tags = None) -> list[tuple[int, int]]:
     """Create up to ``count`` new slots on dynamic-slot members, round-robin.
 
     A dynamic member with ``slot_count`` > 0 never has more than that many slot rows, so never
@@ -69,7 +82,10 @@ def _create_dynamic(count: int) -> list[tuple[int, int]]:
     cannot overshoot.
     """
     members = list(
-        takers().select_for_update(no_key=True).filter(slot_mode=SlotMode.DYNAMIC).order_by("id")
+        takers(tags)
+        .select_for_update(no_key=True)
+        .filter(slot_mode=SlotMode.DYNAMIC)
+        .order_by("id")
     )
     if not members or count <= 0:
         return []
@@ -102,7 +118,7 @@ class _TooFew(Exception):
     """Fewer slots than asked for: the take's savepoint is rolled back."""
 
 
-def take(count: int) -> list[tuple[int, int]] | None:
+def take(count: int, tags: Tags = None) -> list[tuple[int, int]] | None:
     """Lock ``count`` free slots (creating dynamic ones if needed), or None if there are not
     enough: then nothing is taken. The take runs in a savepoint of the caller's transaction,
     rolled back when it falls short, so neither the rows it created nor its locks outlive it
@@ -111,9 +127,9 @@ def take(count: int) -> list[tuple[int, int]] | None:
         raise RuntimeError("take() needs the caller's transaction: its locks end with it")
     try:
         with transaction.atomic():
-            slots = _lock_free(count)
+            slots = _lock_free(count, tags)
             if len(slots) < count:
-                slots += _create_dynamic(count - len(slots))
+                slots += _create_dynamic(count - len(slots), tags)
             if len(slots) < count:
                 raise _TooFew
             return slots
@@ -131,21 +147,18 @@ def free(slot_id: int) -> None:
     Slot.objects.filter(id=slot_id).update(state=SlotState.FREE)
 
 
-def capacity() -> int | None:
+def capacity(tags: Tags = None) -> int | None:
     """How many slots the ALIVE members could ever give at once (None: unbounded, a dynamic
     member without a limit). A job needing more can never be scheduled as the cluster is."""
     total = 0
-    for mode, count in takers().values_list("slot_mode", "slot_count"):
+    for mode, count in takers(tags).values_list("slot_mode", "slot_count"):
         if mode == SlotMode.DYNAMIC and count <= 0:
             return None
         total += count
     return total
 
 
-def free_count() -> int:
+def free_count(tags: Tags = None) -> int:
     """FREE slots of ALIVE members not being drained, now (dynamic members' room not counted)."""
-    return (
-        Slot.objects.filter(state=SlotState.FREE, member__state=MemberState.ALIVE)
-        .exclude(_draining("member_id"))
-        .count()
-    )
+    free = Slot.objects.filter(state=SlotState.FREE, member__state=MemberState.ALIVE)
+    return matching(free.exclude(_draining("member_id")), tags, "member__tags").count()

@@ -23,6 +23,7 @@ from engine.dbsession import session_lost
 from engine.events import append_events
 from engine.fencing import StaleEpoch, fenced
 from engine.jobs import checkpoints, splits
+from engine.jobs.envoptions import TAG_FILTER
 from engine.jobs.scheduler import Deployment, deploy_on
 from engine.models import (
     ControlStep,
@@ -160,7 +161,8 @@ def _restore(step: ControlStep, epoch: int) -> tuple[str, list[Deployment], list
     if obsolete:
         _done(step, "obsolete: nothing to restore")
         return "obsolete", [], dirty.on_restore_obsolete(job, pipeline, number, epoch)
-    slots = slot_transitions.take(len(groups))
+    # A restore stays on the workers the job's tag_filter allows (else it waits, as for slots).
+    slots = slot_transitions.take(len(groups), job.env.get(TAG_FILTER))
     if slots is None:
         # Not enough slots now: stay due, try again shortly.
         ControlStep.objects.filter(id=step.id).update(

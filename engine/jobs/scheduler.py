@@ -2,7 +2,9 @@
 
 The head of the queue (oldest PENDING job that could ever fit) is scheduled when enough slots are
 free; until then every later job waits too (FIFO: a big job is not starved by small ones). A job
-needing more slots than the ALIVE members could ever give is passed over (``schedule_next``).
+needing more slots than the ALIVE members could ever give is passed over (``schedule_next``), and
+so is one whose ``tag_filter`` no ALIVE member matches: its slots come only from members whose
+tags hold every pair of the filter.
 Slots of ALIVE members are taken with ``FOR NO KEY UPDATE SKIP LOCKED``, spread across members by
 sequence; dynamic-slot members get new slot rows on demand. Deploy commands go out only after
 the commit.
@@ -20,6 +22,7 @@ from engine import events as builders
 from engine.cluster import slots as slot_transitions
 from engine.events import append_events
 from engine.fencing import fenced
+from engine.jobs.envoptions import TAG_FILTER, describe_tags
 from engine.models import EngineEvent, Job, Member, Pipeline, TaskGroup
 from engine.protocol import COMMAND_BATCHES_SINCE
 from engine.states import ExecutionStatus, JobStatus
@@ -141,6 +144,30 @@ def never_fits(slots_needed: int, capacity: int | None) -> str:
     return f"needs {slots_needed} slots, the cluster has {capacity}"
 
 
+def unmatched(tags: dict[str, str] | None) -> str:
+    """Why no worker can take a job with this ``tag_filter`` now ("" if one can): none that
+    matches is alive, or every one is being drained."""
+    if not tags or slot_transitions.takers(tags).exists():
+        return ""
+    wanted = f"tag_filter {describe_tags(tags)}"
+    if slot_transitions.matching(Member.objects.alive(), tags).exists():
+        return f"every live worker matching {wanted} is being drained"
+    return f"no live worker matches {wanted}"
+
+
+def placement_problem(slots_needed: int, tags: dict[str, str] | None) -> str:
+    """Why a job can never be scheduled on the workers its ``tag_filter`` allows as the cluster
+    is now ("" if it can): no such worker (``unmatched``), or too few slots between them.
+    Without tags, ``never_fits`` on the whole cluster."""
+    if not tags:
+        return never_fits(slots_needed, slot_transitions.capacity())
+    problem = unmatched(tags)
+    if problem:
+        return problem
+    reason = never_fits(slots_needed, slot_transitions.capacity(tags))
+    return f"{reason} among the workers matching tag_filter {describe_tags(tags)}" if reason else ""
+
+
 def _note_pending(job: Job, reason: str) -> None:
     if job.pending_reason != reason:
         Job.objects.filter(id=job.id).update(pending_reason=reason)
@@ -157,13 +184,21 @@ def schedule_next(epoch: int) -> list[Deployment] | None:
     saying so, until the cluster grows. Every waiting job's ``pendingReason`` says why."""
     with fenced(epoch):
         capacity = slot_transitions.capacity()
+        problems: dict[tuple, str] = {}  # a tag_filter's, by (slots needed, tags), once a pass
         head = None
-        for job_id, needed, noted in (
+        for job_id, needed, noted, env in (
             Job.objects.filter(status=JobStatus.PENDING)
             .order_by("id")
-            .values_list("id", "slots_needed", "pending_reason")[:SCAN_LIMIT]
+            .values_list("id", "slots_needed", "pending_reason", "env")[:SCAN_LIMIT]
         ):
-            reason = never_fits(needed, capacity)
+            tags = (env or {}).get(TAG_FILTER)
+            if tags:
+                key = (needed, tuple(sorted(tags.items())))
+                if key not in problems:
+                    problems[key] = placement_problem(needed, tags)
+                reason = problems[key]
+            else:
+                reason = never_fits(needed, capacity)
             if not reason:
                 head = job_id
                 break
@@ -185,11 +220,13 @@ def schedule_next(epoch: int) -> list[Deployment] | None:
             .select_related("pipeline")
             .order_by("pipeline__index", "kind", "index")
         )
-        slots = slot_transitions.take(len(groups))
+        tags = job.env.get(TAG_FILTER)
+        slots = slot_transitions.take(len(groups), tags)
         if slots is None:
             # Stays PENDING; FIFO: nothing behind it goes first.
-            free = slot_transitions.free_count()
-            _note_pending(job, f"waiting for {len(groups)} free slots ({free} free now)")
+            free = slot_transitions.free_count(tags)
+            where = f" on workers matching tag_filter {describe_tags(tags)}" if tags else ""
+            _note_pending(job, f"waiting for {len(groups)} free slots{where} ({free} free now)")
             return None
         deployments, group_events = deploy_on(groups, slots, epoch)
         Pipeline.objects.filter(job=job).update(status=ExecutionStatus.DEPLOYING)

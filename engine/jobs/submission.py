@@ -15,8 +15,9 @@ from engine import events as builders
 from engine.cluster import slots
 from engine.events import append_event
 from engine.jobconfig import ConfigError, check_variables
+from engine.jobs.envoptions import TAG_FILTER
 from engine.jobs.planner import JobPlan, connects, plan_job
-from engine.jobs.scheduler import never_fits
+from engine.jobs.scheduler import placement_problem, unmatched
 from engine.locks import DIRTY_VERSION_GATE
 from engine.models import Job, Member, Pipeline, TaskGroup
 from engine.protocol import CONTROL_QUEUE, DIRTY_TRACKING_SINCE, TASK_PLAN_JOB, WRITER_UUID_SINCE
@@ -133,21 +134,27 @@ def create_job(plan: JobPlan, config_text: str, submitted_by=None) -> Job:
 
 def _check_fits(plan: JobPlan) -> None:
     """A job needing more slots than every ALIVE member could give is refused (with no member
-    alive yet, a starting cluster, it is accepted and waits with its pendingReason)."""
-    capacity = slots.capacity()
-    if capacity == 0:
+    alive yet, a starting cluster, it is accepted and waits with its pendingReason). So is one
+    whose ``tag_filter`` no ALIVE member matches: SeaTunnel fails such a job at once
+    (NoEnoughResourceException), before it runs anywhere."""
+    if slots.capacity() == 0:
         return
-    reason = never_fits(plan.slots_needed, capacity)
+    tags = plan.env.get(TAG_FILTER)
+    reason = unmatched(tags)
     if reason:
-        raise ConfigError(
-            [
-                {
-                    "path": "env.parallelism",
-                    "message": f"the job {reason} (pipelines x (parallelism + 1)): lower "
-                    "parallelism, or add workers first",
-                }
-            ]
-        )
+        raise ConfigError([{"path": f"env.{TAG_FILTER}", "message": reason}])
+    reason = placement_problem(plan.slots_needed, tags)
+    if not reason:
+        return
+    raise ConfigError(
+        [
+            {
+                "path": "env.parallelism",
+                "message": f"the job {reason} (pipelines x (parallelism + 1)): lower "
+                "parallelism, or add workers first",
+            }
+        ]
+    )
 
 
 def _writer_uuid() -> uuidlib.UUID | None:

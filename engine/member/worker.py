@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from celery import current_app
 from celery.platforms import EX_FAILURE
@@ -55,6 +55,8 @@ class WorkerOptions:
     slot_mode: str = SlotMode.FIXED
     heartbeat_interval: float = 1.0
     concurrency: int = 4
+    #: ``{key: value}`` tags a job's ``tag_filter`` matches (``--tag key=value``).
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 class Worker:
@@ -64,7 +66,9 @@ class Worker:
         self.stopping = threading.Event()
 
     def register(self) -> MemberSession:
-        self.member = register_member(self.options.name, self.options.slots, self.options.slot_mode)
+        self.member = register_member(
+            self.options.name, self.options.slots, self.options.slot_mode, tags=self.options.tags
+        )
         runtime.install(self.member)
         return self.member
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
+from django.db.models import Value
 from django.db.models.functions import Now
 
 from engine.states import CandidateState, MemberState, SlotMode, SlotState
@@ -98,6 +99,10 @@ class Member(models.Model):
     last_heartbeat = models.DateTimeField(db_default=Now())
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=200, blank=True, default="")
+    #: ``{key: value}`` strings the worker was started with (``--tag``): a job's ``tag_filter``
+    #: places it only on members whose tags hold every pair of the filter (SeaTunnel's member
+    #: attributes). The database default lets rows be written without naming it.
+    tags = models.JSONField(default=dict, db_default=Value({}, output_field=models.JSONField()))
 
     objects = MemberQuerySet.as_manager()
 

@@ -105,6 +105,7 @@ class Command(BaseCommand):
             slot_mode=opts["slot_mode"],
             heartbeat_timeout=opts["heartbeat_timeout"],
             port=opts["port"],
+            worker_tags=opts["worker_tags"],
         )
         cluster.up(spec, timeout=opts["timeout"])
         self.stdout.write(

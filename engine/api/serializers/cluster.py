@@ -24,6 +24,11 @@ class MemberSerializer(serializers.ModelSerializer):
     endReason = serializers.CharField(source="end_reason")
     slotMode = serializers.CharField(source="slot_mode")
     protocolVersion = serializers.IntegerField(source="protocol_version")
+    tags = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="The worker's tags ({key: value}, from `--tag`), which a job's "
+        "env.tag_filter matches.",
+    )
     drain = serializers.SerializerMethodField(help_text="The member's latest drain, if any.")
 
     class Meta:
@@ -41,6 +46,7 @@ class MemberSerializer(serializers.ModelSerializer):
             "endReason",
             "protocolVersion",
             "pid",
+            "tags",
             "drain",
         ]
 

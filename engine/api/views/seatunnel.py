@@ -4,8 +4,7 @@ SeaTunnel's documentation (numbers as strings where it writes them so). Views tr
 call the same domain functions as ``/api/v1/``.
 
 Not in Keel, and answered as such: savepoints (``isStartWithSavePoint``,
-``isStopWithSavePoint``) and client-chosen job ids are a 400; member tags on ``/overview`` do
-not filter (Keel members have no tags).
+``isStopWithSavePoint``) and client-chosen job ids are a 400.
 """
 
 from __future__ import annotations
@@ -319,14 +318,20 @@ class StopJobsView(SeaTunnelView):
 @extend_schema(exclude=True)
 class OverviewView(SeaTunnelView):
     def get(self, request: Request) -> Response:
+        """``?tag=value...`` narrows the workers and slots counted to the members so tagged
+        (the job counts stay the cluster's, as in SeaTunnel)."""
         o = queries.overview()
+        o["works"] = o["members"]["alive"]
+        tags = {k: v for k, v in request.query_params.items() if k != "format"}
+        if tags:
+            o.update(queries.tagged_workers(tags))
         return Response(
             {
                 "projectVersion": _version(),
                 "gitCommitAbbrev": "",
                 "totalSlot": str(o["totalSlot"]),
                 "unassignedSlot": str(o["unassignedSlot"]),
-                "works": str(o["members"]["alive"]),
+                "works": str(o["works"]),
                 "runningJobs": str(o["runningJobs"]),
                 "pendingJobs": str(o["pendingJobs"]),
                 "finishedJobs": str(o["finishedJobs"]),

@@ -1,4 +1,4 @@
-"""``manage.py worker --name NAME --slots N``: an engine member."""
+"""``manage.py worker --name NAME --slots N [--tag KEY=VALUE ...]``: an engine member."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from engine.cli import add_slot_options
+from engine.cli import add_slot_options, add_tag_option
 from engine.cluster.membership import MemberRefused
 from engine.management.engine_process import start_engine_process
 from engine.member.worker import Worker, WorkerOptions
@@ -24,6 +24,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--name", required=True, help="member name, e.g. worker-1")
         add_slot_options(parser)
+        add_tag_option(parser)
         parser.add_argument(
             "--heartbeat-interval", type=float, default=settings.ENGINE["heartbeat-interval"]
         )
@@ -34,6 +35,7 @@ class Command(BaseCommand):
             raise CommandError("--slots must be 0 or more")
         if not opts["name"] or any(c.isspace() or c in "@/" for c in opts["name"]):
             raise CommandError("--name must be a non-empty name without spaces, '@' or '/'")
+        opts["tags"] = opts.get("tags") or {}
         worker = Worker(start_engine_process(WorkerOptions, opts))
         try:
             sys.exit(worker.run())
