@@ -26,7 +26,7 @@ IDLE_SECONDS = 10.0
 GOAL_P95_MS = 250.0
 CONFIG = (
     "env { job.mode = STREAMING }\n"
-    "source { FakeSource { rows.per-second = 1 } }\n"
+    "source { FakeSource { rows.per-second = 1, endless = true } }\n"
     "sink { Blackhole { } }"
 )
 WATCH = """

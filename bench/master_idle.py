@@ -30,7 +30,7 @@ SESSIONS: list = []  # the members' sessions (their locks), closed at the end
 
 JOB = """
 env { job.mode = STREAMING, parallelism = 1, checkpoint.interval = 0 }
-source { FakeSource { split.num = 2, rows.per-second = 10 } }
+source { FakeSource { split.num = 2, rows.per-second = 10, endless = true } }
 sink { Blackhole { } }
 """
 

@@ -61,7 +61,7 @@ CONTEXT = {"jobId": 1, "pipelineId": 0, "readerIndex": 0, "attempt": 1, "memberU
 
 def plan(splits: int = 1):
     """FakeSource's ROWS rows over ``splits`` splits, into Blackhole."""
-    options = f"row.num = {ROWS // splits}, split.num = {splits}"
+    options = f"row.num = {ROWS}, split.num = {splits}"  # row.num is per reader (one)
     return plan_job(f"source {{ FakeSource {{ {options} }} }}\nsink {{ Blackhole {{}} }}")
 
 

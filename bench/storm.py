@@ -32,7 +32,7 @@ CHECKPOINT_MS = int(os.environ.get("KEEL_BENCH_STORM_CHECKPOINT_MS", "1000"))
 JOB = """
 env { job.mode = STREAMING, parallelism = 1, checkpoint.interval = CHECKPOINT_MS,
       job.retry.interval.seconds = 0, job.retry.times = 1000, job.dirty-task.threshold = 100 }
-source { FakeSource { rows.per-second = 20 } }
+source { FakeSource { rows.per-second = 20, endless = true } }
 sink { Blackhole { } }
 """
 

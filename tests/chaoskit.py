@@ -25,11 +25,11 @@ from tests.faultkit import PrivatePostgres, PrivateRedis
 from tests.test_jobs_cluster import job, post
 
 SPLITS = 2
-BATCH_ROWS = 3000  # per split, paced: the batch job runs through the fault
+BATCH_ROWS = 3000  # per reader (2 readers, 2 splits each), paced: runs through the fault
 STREAMING = """
 env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 500,
       job.retry.interval.seconds = 0, job.retry.times = 100 }}
-source {{ FakeSource {{ split.num = {splits}, rows.per-second = 300,
+source {{ FakeSource {{ split.num = {splits}, rows.per-second = 300, endless = true,
                        schema {{ fields {{ id = bigint, name = string }} }} }} }}
 sink {{ Jdbc {{ url = "{url}", user = postgres, password = t, table = stream,
               is_exactly_once = true }} }}

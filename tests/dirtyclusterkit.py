@@ -53,7 +53,8 @@ def quiet(dc):
 
 def streaming(pipelines: int = 1, threshold: int = 2, retries: int = 3, interval: int = 0) -> str:
     sources = "\n".join(
-        f"  FakeSource {{ plugin_output = s{i}, rows.per-second = 50 }}" for i in range(pipelines)
+        f"  FakeSource {{ plugin_output = s{i}, rows.per-second = 50, endless = true }}"
+        for i in range(pipelines)
     )
     sinks = "\n".join(f"  Blackhole {{ plugin_input = s{i} }}" for i in range(pipelines))
     return (

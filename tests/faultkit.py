@@ -150,7 +150,7 @@ class PrivatePostgres:
 CHECKPOINTING_STREAM = """
 env { job.mode = STREAMING, parallelism = 2, checkpoint.interval = 500,
       job.retry.interval.seconds = 0 }
-source { FakeSource { split.num = 2, rows.per-second = 200 } }
+source { FakeSource { split.num = 2, rows.per-second = 200, endless = true } }
 sink { Blackhole { } }
 """
 

@@ -68,7 +68,8 @@ class ManagedPipeline:
         the occurrences at which they fire; ``abort_every``: every n-th periodic checkpoint
         aborts; ``checkpoints`` false: only the final one (what the sink commits at the end)."""
         plan = plan_job(
-            f"source {{ FakeSource {{ row.num = {rows}, split.num = {splits} }} }}\n"
+            # ``rows`` a split: FakeSource's row.num is the reader's, cut into its splits
+            f"source {{ FakeSource {{ row.num = {rows * splits}, split.num = {splits} }} }}\n"
             "sink { Blackhole { } }"
         )
         node = plan.pipelines[0].source
@@ -293,6 +294,6 @@ class ManagedPipeline:
         rows = []
         for split in self.splits.values():
             rows += self.reader.build(
-                self.source.row_ids(split, "BATCH", 0, self.source.config["row.num"])
+                self.source.row_ids(split, "BATCH", 0, self.source.split_rows(split, "BATCH"))
             )
         return rows

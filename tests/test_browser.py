@@ -112,7 +112,7 @@ def test_a_health_badge_flips_to_dirty_live_without_a_reload(healthy, browser):
         healthy,
         "env { job.name = live-dirty, job.mode = STREAMING, job.dirty-task.threshold = 1,"
         " job.retry.interval.seconds = 0 }\n"
-        "source { FakeSource { rows.per-second = 50 } }\nsink { Blackhole {} }",
+        "source { FakeSource { rows.per-second = 50, endless = true } }\nsink { Blackhole {} }",
     )
     page = browser.new_page()
     page.goto(f"{base}/jobs/")
@@ -180,7 +180,7 @@ def test_submit_shows_the_error_at_its_line_and_only_operators_can_cancel(health
     operator.fill(
         "textarea[name=config]",
         "env {\n  job.mode = STREAMING\n  parallelism = 0\n}\n"
-        "source { FakeSource { rows.per-second = 5 } }\nsink { Blackhole { } }",
+        "source { FakeSource { rows.per-second = 5, endless = true } }\nsink { Blackhole { } }",
     )
     operator.click("form.submit button[type=submit]")
     error = operator.locator('.inline-error[data-error-line="3"]')
@@ -191,7 +191,7 @@ def test_submit_shows_the_error_at_its_line_and_only_operators_can_cancel(health
     operator.fill(
         "textarea[name=config]",
         'env { job.name = "cancel-me", job.mode = STREAMING }\n'
-        "source { FakeSource { rows.per-second = 5 } }\nsink { Blackhole { } }",
+        "source { FakeSource { rows.per-second = 5, endless = true } }\nsink { Blackhole { } }",
     )
     operator.click("form.submit button[type=submit]")
     operator.wait_for_selector("h1:has-text('cancel-me')")
@@ -337,7 +337,7 @@ def test_the_cancel_button_goes_when_the_job_ends(healthy, admin_context):
     job_id = submit(
         healthy,
         'env { job.name = "ends-elsewhere", job.mode = STREAMING }\n'
-        "source { FakeSource { rows.per-second = 5 } }\nsink { Blackhole { } }",
+        "source { FakeSource { rows.per-second = 5, endless = true } }\nsink { Blackhole { } }",
     )
     page = admin_context.new_page()
     page.goto(f"{base_url(healthy)}/jobs/?q={job_id}")

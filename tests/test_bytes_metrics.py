@@ -62,7 +62,7 @@ def source_batches(data: dict) -> list[pa.RecordBatch]:
 
 
 def test_a_reader_counts_the_bytes_of_the_batches_it_reads_and_writes():
-    counted, data = run(CHAIN.format(rows=ROWS))
+    counted, data = run(CHAIN.format(rows=2 * ROWS))  # row.num is per reader: 2 splits
     batches = source_batches(data)
     read = sum(b.nbytes for b in batches)
     mapper = instantiate(data["transforms"][0])

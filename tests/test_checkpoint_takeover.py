@@ -27,7 +27,7 @@ from tests.test_jobs_cluster import post, submit
 STREAMING = """
 env { job.mode = STREAMING, parallelism = 1, checkpoint.interval = 300,
       checkpoint.timeout = 30000, job.retry.interval.seconds = 0, job.retry.times = 50 }
-source { FakeSource { rows.per-second = 50 } }
+source { FakeSource { rows.per-second = 50, endless = true } }
 sink { Blackhole { } }
 """
 
@@ -174,7 +174,7 @@ def kill_master_and_worker(c: Cluster, count: int, turn: int) -> tuple[dict[int,
 VALIDATION_JOB = """
 env { job.mode = STREAMING, parallelism = 10, checkpoint.interval = 1000,
       checkpoint.timeout = 30000, job.retry.interval.seconds = 0, job.retry.times = 50 }
-source { FakeSource { split.num = 10, rows.per-second = 50 } }
+source { FakeSource { split.num = 10, rows.per-second = 50, endless = true } }
 sink { Blackhole { } }
 """
 HELD, FREE = 11, 5

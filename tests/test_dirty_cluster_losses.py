@@ -219,7 +219,7 @@ def test_ordinary_failures_are_not_counted_nor_consume_a_completed_episode(quiet
         c,
         "env { job.mode = STREAMING, parallelism = 1, job.retry.interval.seconds = 0,\n"
         "      checkpoint.interval = 500, job.dirty-task.threshold = 3 }\n"
-        "source { FakeSource { rows.per-second = 200,\n"
+        "source { FakeSource { rows.per-second = 200, endless = true,\n"
         "                      schema { fields { id = bigint, name = string } } } }\n"
         f'sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = t }} }}\n',
     )
@@ -282,7 +282,14 @@ def submit_many(c: Cluster, count: int) -> list[int]:
             "job.retry.interval.seconds": 0,
             "job.dirty-task.threshold": 2,
         },
-        "source": [{"plugin_name": "FakeSource", "plugin_output": "s0", "rows.per-second": 50}],
+        "source": [
+            {
+                "plugin_name": "FakeSource",
+                "plugin_output": "s0",
+                "rows.per-second": 50,
+                "endless": True,
+            }
+        ],
         "sink": [{"plugin_name": "Blackhole", "plugin_input": "s0"}],
     }
     # Planning 200 jobs in one request took over 30 s on a slow day of this machine.

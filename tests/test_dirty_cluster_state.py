@@ -169,7 +169,8 @@ def test_disabled_by_default_and_old_finished_records_stay_readable(quiet):
     c = quiet
     job_id = submit(
         c,
-        "env { job.mode = STREAMING }\nsource { FakeSource { rows.per-second = 10 } }\n"
+        "env { job.mode = STREAMING }\n"
+        "source { FakeSource { rows.per-second = 10, endless = true } }\n"
         "sink { Blackhole {} }",
     )
     wait_for_api(lambda: all_running(c, job_id), 30, what="the job to run")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.connectors.batches import from_rows, to_rows
-from engine.connectors.fake import Sizes, column_builder, row_builder
+from engine.connectors.fake_values import Sizes, column_builder, row_builder
 from engine.connectors.schema import Schema
 
 SCHEMA = Schema(

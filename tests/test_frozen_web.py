@@ -17,7 +17,7 @@ pytestmark = pytest.mark.cluster
 
 STREAMING = """
 env { job.mode = STREAMING, parallelism = 1, checkpoint.interval = 200 }
-source { FakeSource { rows.per-second = 100 } }
+source { FakeSource { rows.per-second = 100, endless = true } }
 sink { Blackhole { } }
 """
 

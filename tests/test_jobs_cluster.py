@@ -72,7 +72,7 @@ def test_batch_fake_source_to_local_csv_via_the_cli(jc, tmp_path):
         }}
         source {{
           FakeSource {{
-            row.num = 1000
+            row.num = 2000
             split.num = 4
             schema {{ fields {{ id = bigint, name = string }} }}
           }}
@@ -92,6 +92,7 @@ def test_batch_fake_source_to_local_csv_via_the_cli(jc, tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job_id = int(proc.stdout.strip().splitlines()[0])
+    # SeaTunnel's count: row.num rows for each of the 2 readers, in 4 splits each.
     assert f"job {job_id} FINISHED: 4000 rows read, 4000 written" in proc.stderr
     rows = []
     for part in sorted(out.glob("part-*.csv")):
@@ -156,7 +157,8 @@ def test_bad_jdbc_target_is_a_400_naming_the_option(jc, data_db):
         {
             "config": (
                 "source { FakeSource { } }\n"
-                f'sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = nope }} }}'
+                f'sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = nope,'
+                " schema_save_mode = ERROR_WHEN_SCHEMA_NOT_EXIST } }"
             )
         },
     )
@@ -167,8 +169,8 @@ def test_bad_jdbc_target_is_a_400_naming_the_option(jc, data_db):
 STREAMING_TWO_CHAINS = """
 env { job.mode = STREAMING, parallelism = 1 }
 source {
-  FakeSource { plugin_output = a, rows.per-second = 200 }
-  FakeSource { plugin_output = b, rows.per-second = 200 }
+  FakeSource { plugin_output = a, rows.per-second = 200, endless = true }
+  FakeSource { plugin_output = b, rows.per-second = 200, endless = true }
 }
 sink {
   Blackhole { plugin_input = a }
@@ -200,7 +202,8 @@ def test_two_independent_chains_are_two_running_pipelines(jc):
 def streaming(parallelism: int) -> str:
     return (
         f"env {{ job.mode = STREAMING, parallelism = {parallelism} }}\n"
-        "source { FakeSource { rows.per-second = 100 } }\nsink { Blackhole { } }"
+        "source { FakeSource { rows.per-second = 100, endless = true } }\n"
+        "sink { Blackhole { } }"
     )
 
 

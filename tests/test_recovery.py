@@ -64,7 +64,7 @@ def test_batch_job_survives_a_killed_worker_with_the_exact_row_set(rc, tmp_path)
         rc,
         textwrap.dedent(f"""
         env {{ job.mode = BATCH, parallelism = 2, job.retry.interval.seconds = 0 }}
-        source {{ FakeSource {{ row.num = 600, split.num = 4, rows.per-second = 300,
+        source {{ FakeSource {{ row.num = 1200, split.num = 4, rows.per-second = 300,
                                schema {{ fields {{ id = bigint, name = string }} }} }} }}
         sink {{ LocalFile {{ path = "{out}", file_format_type = csv }} }}
     """),
@@ -88,7 +88,7 @@ def test_batch_job_survives_a_killed_worker_with_the_exact_row_set(rc, tmp_path)
         for part in out.glob("part-*.csv")
         for line in part.read_text().splitlines()
     ]
-    assert sorted(ids) == list(range(2400))
+    assert sorted(ids) == list(range(2400))  # row.num rows for each of the 2 readers
     rc.start(victim)
 
 
@@ -101,7 +101,8 @@ def test_restore_runs_again_within_3s_and_the_retry_limit_fails_the_job(rc):
         rc,
         "env { job.mode = STREAMING, parallelism = 1, job.retry.times = 1,\n"
         "      job.retry.interval.seconds = 0 }\n"
-        "source { FakeSource { rows.per-second = 100 } }\nsink { Blackhole {} }",
+        "source { FakeSource { rows.per-second = 100, endless = true } }\n"
+        "sink { Blackhole {} }",
     )
     first = reader_member(wait_status(rc, job_id, {"RUNNING"}, timeout=30))
     killed_at = kill(rc, first)
@@ -135,7 +136,8 @@ def test_cancel_during_a_pending_restore_cancels_the_job(rc):
         rc,
         "env { job.mode = STREAMING, parallelism = 1,\n"
         "      job.retry.interval.seconds = 30 }\n"
-        "source { FakeSource { rows.per-second = 100 } }\nsink { Blackhole {} }",
+        "source { FakeSource { rows.per-second = 100, endless = true } }\n"
+        "sink { Blackhole {} }",
     )
     victim = kill_reader_until_restore_requested(rc, job_id)
     assert post(rc, f"/api/v1/jobs/{job_id}/cancel")[0] == 202
@@ -151,7 +153,7 @@ def test_recovery_completes_under_a_new_master_without_running_a_task_group_twic
         rc,
         "env { job.mode = STREAMING, parallelism = 2,\n"
         "      job.retry.interval.seconds = 2 }\n"
-        "source { FakeSource { split.num = 2, rows.per-second = 100 } }\n"
+        "source { FakeSource { split.num = 2, rows.per-second = 100, endless = true } }\n"
         "sink { Blackhole {} }",
     )
     kill_reader_until_restore_requested(rc, job_id)
@@ -190,7 +192,7 @@ def test_recovery_completes_under_a_new_master_without_running_a_task_group_twic
 EXACTLY_ONCE = """
 env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 1000,
       job.retry.interval.seconds = 0, job.retry.times = {retries} }}
-source {{ FakeSource {{ split.num = 2, rows.per-second = 200,
+source {{ FakeSource {{ split.num = 2, rows.per-second = 200, endless = true,
                        schema {{ fields {{ id = bigint, name = string }} }} }} }}
 sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = eo }} }}
 """
@@ -318,7 +320,7 @@ def test_streaming_to_local_files_commits_a_part_per_checkpoint_exactly_once(rc,
         textwrap.dedent(f"""
         env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 1000,
               job.retry.interval.seconds = 0 }}
-        source {{ FakeSource {{ split.num = 2, rows.per-second = 200,
+        source {{ FakeSource {{ split.num = 2, rows.per-second = 200, endless = true,
                                schema {{ fields {{ id = bigint, name = string }} }} }} }}
         sink {{ LocalFile {{ path = "{out}", file_format_type = json }} }}
     """),

@@ -10,7 +10,7 @@ import pytest
 from engine.jobconfig import ConfigError
 from tests.localrun import run_batch
 
-SOURCE = """source { FakeSource { plugin_output = fake, row.num = 10, split.num = 2,
+SOURCE = """source { FakeSource { plugin_output = fake, row.num = 20, split.num = 2,
   schema { fields { id = bigint, name = string, age = int, price = "decimal(8, 2)",
                     at = timestamp, tags = "array<string>", point = { x = int, y = int } } } } }"""
 

@@ -101,7 +101,7 @@ def test_a_cancelled_job_commits_the_checkpoint_that_completed(sc, data_db):
         sc,
         textwrap.dedent(f"""
         env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 300 }}
-        source {{ FakeSource {{ split.num = 2, rows.per-second = 2000,
+        source {{ FakeSource {{ split.num = 2, rows.per-second = 2000, endless = true,
                                schema {{ fields {{ id = bigint, name = string }} }} }} }}
         sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = dst }} }}
     """),

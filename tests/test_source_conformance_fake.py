@@ -16,7 +16,8 @@ from tests.source_conformance import Subject, under_the_loop
 
 @pytest.fixture
 def managed():
-    plan = plan_job("source { FakeSource { row.num = 40, split.num = 3 } }\nsink { Blackhole {} }")
+    # row.num is rows per reader, cut into split.num splits: 40 rows each.
+    plan = plan_job("source { FakeSource { row.num = 120, split.num = 3 } }\nsink { Blackhole {} }")
     node = plan.pipelines[0].source
     source = FakeSource(node.config, node.path)
     return Subject(
@@ -151,7 +152,7 @@ def test_many_splits_take_turns_a_block_each_and_every_row_is_built_once():
 
     for split_num in (3, 17):
         per_split = READ_AHEAD + 904
-        source = source_of(f"row.num = {per_split}, split.num = {split_num}")
+        source = source_of(f"row.num = {per_split * split_num}, split.num = {split_num}")
         splits = source.create_splits("BATCH")
         owner = owners(source)
         reader = CountingBuilds(source)
@@ -228,7 +229,7 @@ def test_a_split_assigned_mid_block_waits_until_the_current_block_is_out():
     from engine.sourceruntime.limits import PollLimits
     from engine.sourceruntime.reader import PollContext
 
-    source = source_of("row.num = 5000, split.num = 3")
+    source = source_of("row.num = 15000, split.num = 3")  # 5000 rows a split
     splits = {s["splitId"]: s for s in source.create_splits("BATCH")}
     owner = owners(source)
     reader = CountingBuilds(source)

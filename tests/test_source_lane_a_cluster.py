@@ -58,7 +58,7 @@ def test_a_batch_fakesource_job_runs_in_lane_a_exactly_once(lane_a, tmp_path):
         lane_a,
         textwrap.dedent(f"""
         env {{ job.mode = BATCH, parallelism = 2, checkpoint.interval = 500 }}
-        source {{ FakeSource {{ row.num = 3000, split.num = 5,
+        source {{ FakeSource {{ row.num = 7500, split.num = 3,
                                schema {{ fields {{ id = bigint, name = string }} }} }} }}
         sink {{ LocalFile {{ path = "{out}", file_format_type = csv }} }}
         """),
@@ -73,14 +73,15 @@ def test_a_batch_fakesource_job_runs_in_lane_a_exactly_once(lane_a, tmp_path):
         for line in f.read_text().splitlines()
         if line
     ]
-    assert sorted(ids) == list(range(15000))  # 5 splits of 3,000 rows, each once
+    # SeaTunnel's splits: 3 of 2,500 rows for each of the 2 readers, each row once
+    assert sorted(ids) == list(range(15000))
     enumerator = group(detail, "ENUMERATOR")["sourceRuntime"]
-    assert enumerator["admissions"].get("ACCEPTED", 0) >= 5 + 2  # 5 splits, 2 no-more-splits
+    assert enumerator["admissions"].get("ACCEPTED", 0) >= 6 + 2  # 6 splits, 2 no-more-splits
     assert set(enumerator["mailbox"]) == {"commands", "bytes", "reservedInUse", "oldestAgeMs"}
     held = enumerator["assignments"]  # every split admitted, each proven or not yet
-    assert held == tracked(ADMITTED=held["ADMITTED"]) and held["ADMITTED"] <= 5
+    assert held == tracked(ADMITTED=held["ADMITTED"]) and held["ADMITTED"] <= 6
     readers = [group(detail, "READER", i)["sourceRuntime"] for i in (0, 1)]
-    assert sum(r["assignments"]["APPLIED"] for r in readers) == 5
+    assert sum(r["assignments"]["APPLIED"] for r in readers) == 6
     assert all(r["admissions"].get("ACCEPTED", 0) >= 2 for r in readers)
     assert all(r["poll"]["records"] > 0 for r in readers)
 

@@ -64,7 +64,8 @@ def test_a_worker_frozen_mid_write_stalls_nothing_and_lands_nothing(db_template,
             textwrap.dedent(f"""
             env {{ job.mode = STREAMING, parallelism = 1, checkpoint.interval = 500,
                   job.retry.interval.seconds = 0, job.retry.times = 10 }}
-            source {{ FakeSource {{ schema {{ fields {{ id = bigint, name = string }} }} }} }}
+            source {{ FakeSource {{ endless = true,
+                                   schema {{ fields {{ id = bigint, name = string }} }} }} }}
             sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = dst }} }}
         """),
         )

@@ -57,6 +57,10 @@ class Console(SinkPlugin):
         Option("log.print.data", bool, default=True, help="false: print nothing, only count"),
         Option("log.print.delay.ms", int, default=0, min=0, help="pause between printed rows"),
     )
+    ignored_options = {
+        "multi_table_sink_replica": "a sink writes one table; each table of a multi-table "
+        "source has its own pipeline and sink"
+    }
 
     def writer(self, schema, context: dict) -> SinkWriter:
         limit = self.config["limit"] if self.config["log.print.data"] else 0

@@ -1,34 +1,24 @@
 """FakeSource: deterministic rows from a declared schema, split by split, replayable by offset.
 
-Row ``i`` of split ``s`` has the global id ``s * row.num + i`` in BATCH mode, so a job's rows are
-known in advance (tests compare exact row sets). In STREAMING mode a split never ends: ids are
-``s + i * split.num`` (unique across splits), paced at ``rows.per-second`` per split.
+As in SeaTunnel, ``row.num`` is rows per reader: each of the pipeline's ``parallelism`` readers
+gets ``row.num`` rows cut into splits of ``ceil(row.num / split.num)`` (``split_layout``), so
+a job makes ``parallelism x row.num`` rows. Reader ``r``'s rows have the ids
+``r * row.num ...``, so a job's rows are known in advance (tests compare exact row sets). A
+STREAMING job makes the same rows and then idles, as SeaTunnel's does. Keel's own ``endless``
+makes a STREAMING source whose splits never end (demos, recovery tests): ``split.num`` of
+them, ids ``s + i * split.num`` (unique across splits), paced at ``rows.per-second`` a split.
 """
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from decimal import ROUND_DOWN, Decimal
+from collections.abc import Callable
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from engine.connectors.arrowrows import arrow_schema
-from engine.connectors.base import Option, SourcePlugin
+from engine.connectors.base import Option, SourcePlugin, table_names
 from engine.connectors.batches import ROW_SOURCE_BATCH
+from engine.connectors.fake_values import Sizes, column_builder, row_builder, vector_values
 from engine.connectors.registry import register
-from engine.connectors.schema import (
-    Schema,
-    convert,
-    kind_args,
-    parse_schema,
-    row_fields,
-    with_kind,
-)
+from engine.connectors.schema import VECTOR_TYPES, Schema, convert, parse_schema, with_kind
 from engine.sourceruntime.capability import ManagedSourceCapability
 from engine.states import JobMode
 
@@ -36,250 +26,23 @@ from engine.states import JobMode
 #: kept on the row for FilterRowKind.
 ROW_KINDS = ("INSERT", "UPDATE_BEFORE", "UPDATE_AFTER", "DELETE")
 DEFAULT_SCHEMA = Schema((("id", "bigint"), ("name", "string"), ("value", "double")))
-EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-_EXPRESSIONS = {
-    "int": "i",
-    "bigint": "i",
-    "string": "f'{{p{n}}}{{i}}'",
-    "double": "i * 0.5",
-    "float": "i * 0.5",
-    "decimal": "i * 0.5",
-    "boolean": "i % 2 == 0",
-    "timestamp": "(EPOCH + timedelta(seconds=i)).isoformat()",
-}
+def split_layout(readers: int, per_reader: int, split_num: int) -> list[tuple[int, int]]:
+    """SeaTunnel's FakeSource splits as ``(first row id, rows)``, in its split-id order.
 
-
-def _fit(length: int):
-    """Strings of exactly ``length`` characters that keep the row id: padded with ``x``, or
-    their last ``length`` characters."""
-
-    def fit(value: str) -> str:
-        return value.ljust(length, "x") if len(value) <= length else value[-length:]
-
-    return fit
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """The data-shape options: lengths of strings and bytes, sizes of arrays and maps."""
-
-    string: int | None = None
-    bytes: int = 5
-    array: int = 5
-    map: int = 5
-
-
-def value_of(kind: str, name: str, sizes: Sizes):
-    """A function from a row id to the field's value: deterministic, so a replay from an
-    offset is exact and tests know every value in advance."""
-    base, args = kind_args(kind)
-    if base in _EXPRESSIONS and not (base == "decimal" and args):
-        if base == "string" and sizes.string:
-            fit = _fit(sizes.string)
-            return lambda i: fit(f"{name}-{i}")
-        return eval(  # noqa: S307 - a fixed template; the field name is passed as a value
-            f"lambda i: {_EXPRESSIONS[base].format(n=0)}",
-            {"EPOCH": EPOCH, "timedelta": timedelta, "p0": f"{name}-"},
-        )
-    if base == "tinyint":
-        return lambda i: i % 128
-    if base == "smallint":
-        return lambda i: i % 32768
-    if base == "decimal":
-        precision, scale = int(args[0]), int(args[1])
-        unit, bound = Decimal(1).scaleb(-scale), 10 ** (precision - scale)
-        return lambda i: (Decimal(i % bound) / 2).quantize(unit, rounding=ROUND_DOWN)
-    if base == "bytes":
-        fit = _fit(sizes.bytes)
-        return lambda i: fit(f"{name}-{i}").encode()
-    if base == "date":
-        return lambda i: (EPOCH.date() + timedelta(days=i)).isoformat()
-    if base == "time":
-        return lambda i: (EPOCH + timedelta(seconds=i)).time().isoformat()
-    if base == "null":
-        return lambda i: None
-    if base == "array":
-        item = value_of(args[0], name, sizes)
-        return lambda i: [item(i + k) for k in range(sizes.array)]
-    if base == "map":
-        key, item = value_of(args[0], name, sizes), value_of(args[1], name, sizes)
-        return lambda i: {key(i + k): item(i + k) for k in range(sizes.map)}
-    fields = [value_of(k, f"{name}.{n}", sizes) for n, k in row_fields(kind)]
-    return lambda i: tuple(f(i) for f in fields)
-
-
-def row_builder(schema: Schema, sizes: Sizes | None = None):
-    """A function from a range of row ids to rows, compiled for the schema.
-
-    The comprehension is generated from fixed templates (user-given field names are passed in as
-    values, never as code), so generation costs what a hand-written loop costs; other types
-    call their value function.
-    """
-    sizes = sizes or Sizes()
-    parts, values = [], {"EPOCH": EPOCH, "timedelta": timedelta, "fit": _fit(sizes.string or 0)}
-    for n, (name, kind) in enumerate(schema.fields):
-        if kind in _EXPRESSIONS:
-            expression = _EXPRESSIONS[kind].format(n=n)
-            if kind == "string" and sizes.string:
-                expression = f"fit({expression})"
-        else:
-            values[f"g{n}"] = value_of(kind, name, sizes)
-            expression = f"g{n}(i)"
-        parts.append(expression)
-        values[f"p{n}"] = f"{name}-"
-    body = f"lambda ids: [({', '.join(parts)},) for i in ids]"
-    return eval(body, values)  # noqa: S307 - generated from the fixed templates above
-
-
-#: The kinds ``column_builder`` makes as columns: each value is arithmetic on the row id.
-_COLUMN_KINDS = frozenset(
-    ("int", "bigint", "double", "float", "decimal", "string", "boolean", "timestamp")
-)
-_EPOCH_US = int(EPOCH.timestamp() * 1_000_000)
-#: Ids whose text differs only in its last four digits come in blocks of this many.
-_BLOCK = 10_000
-#: Above this step between ids a text column's runs of shared leading digits are too short to
-#: pay for themselves; Arrow formats each id instead.
-_RUN_STEP = 64
-
-
-def column_builder(schema: Schema, sizes: Sizes | None = None):
-    """A function from a range of row ids to an Arrow batch of the values ``row_builder``
-    makes, column by column (no Python row); None if a field's kind is not one it builds."""
-    sizes = sizes or Sizes()
-    if not all(k in _COLUMN_KINDS for k in schema.kinds):
-        return None
-    target = arrow_schema(schema)
-    counting = _Counting()
-
-    def build(ids: range) -> pa.RecordBatch:
-        n = len(ids)
-        id_column = pc.add(counting.upto(n, ids.step), ids.start)
-        columns = []
-        for name, kind in schema.fields:
-            if kind in ("int", "bigint"):
-                column = id_column
-            elif kind in ("double", "float", "decimal"):
-                column = pc.multiply(id_column, 0.5)  # as Python's i * 0.5: i as a double
-            elif kind == "boolean":
-                column = pc.equal(pc.bit_wise_and(id_column, 1), 0)
-            elif kind == "timestamp":
-                micros = pc.add(pc.multiply(id_column, 1_000_000), _EPOCH_US)
-                column = micros.cast(pa.timestamp("us"))
-            else:
-                column = text_column(ids, f"{name}-", sizes.string, counting)
-            columns.append(column)
-        return pa.RecordBatch.from_arrays(columns, schema=target)
-
-    return build
-
-
-class _Counting:
-    """``0, step, 2 * step, ...`` as Arrow arrays, built once per step and sliced after: the
-    positions of a batch's ids and the offsets of its fixed-width strings."""
-
-    def __init__(self) -> None:
-        self.arrays: dict[tuple[int, object], pa.Array] = {}
-
-    def upto(self, n: int, step: int, arrow_type=None) -> pa.Array:
-        """The first ``n`` multiples of ``step`` (int64 unless ``arrow_type`` says)."""
-        arrow_type = arrow_type or pa.int64()
-        have = self.arrays.get((step, arrow_type))
-        if have is None or len(have) < n:  # a batch's size: the same for every full batch
-            counted = pa.array(range(n), arrow_type)
-            have = pc.multiply_checked(counted, pa.scalar(step, arrow_type))
-            self.arrays[(step, arrow_type)] = have
-        return have.slice(0, n)
-
-
-def text_column(ids: range, prefix: str, width: int | None, counting: _Counting) -> pa.Array:
-    """``fit(f"{prefix}{i}")`` for every id (``fit``: padded or cut to ``width`` characters
-    when it is set), as ``row_builder`` makes them, without formatting an id.
-
-    The ids are cut into runs whose text shares all but its last (up to) four digits; a run's
-    values then have one width, so its bytes are a repeated template with the digit positions
-    filled from precomputed digit columns, and its offsets a multiple of that width."""
-    if ids.step > _RUN_STEP:
-        numbers = pc.add(counting.upto(len(ids), ids.step), ids.start).cast(pa.string())
-        text = pc.binary_join_element_wise(prefix, numbers, "")
-        if width:
-            text = pc.utf8_slice_codeunits(pc.utf8_rpad(text, width=width, padding="x"), -width)
-        return text
-    runs = [_TextRun.of(run, prefix, width) for run in _runs(ids)]
-    if len({run.size for run in runs}) <= 1:  # one width (always, with string.length)
-        return _strings(runs, counting)
-    return pa.concat_arrays([_strings([run], counting) for run in runs])
-
-
-def _runs(ids: range) -> Iterator[range]:
-    """``ids`` cut where more than an id's last four digits change: at every multiple of
-    ``_BLOCK``, and below it where the number of digits changes."""
-    done = 0
-    while done < len(ids):
-        first = ids[done]
-        bound = (first // _BLOCK + 1) * _BLOCK if first >= _BLOCK else 10 ** len(str(first))
-        count = min(len(ids) - done, -(-(bound - first) // ids.step))
-        yield ids[done : done + count]
-        done += count
-
-
-@dataclass(frozen=True)
-class _TextRun:
-    """A run's values: each is ``head``, the id's last ``keep`` digits, then ``tail``."""
-
-    ids: range
-    head: bytes
-    keep: int
-    tail: bytes
-
-    @classmethod
-    def of(cls, ids: range, prefix: str, width: int | None) -> _TextRun:
-        high, low = divmod(ids[0], _BLOCK)
-        head, digits = prefix + (str(high) if high else ""), 4 if high else len(str(low))
-        keep, tail = digits, ""
-        if width and len(head) + digits <= width:
-            tail = "x" * (width - len(head) - digits)
-        elif width:  # fit keeps the last ``width`` characters
-            keep = min(digits, width)
-            head = head[len(head) - (width - keep) :] if width > keep else ""
-        return cls(ids, head.encode(), keep, tail.encode())
-
-    @property
-    def size(self) -> int:
-        return len(self.head) + self.keep + len(self.tail)
-
-    def values(self) -> bytearray:
-        """The run's bytes: the template repeated, then each digit position filled by one
-        strided copy."""
-        count, size, step = len(self.ids), self.size, self.ids.step
-        data = bytearray(self.head + b"0" * self.keep + self.tail) * count
-        low = self.ids[0] % _BLOCK
-        lows = slice(low, low + count * step, step)
-        for position, column in enumerate(_low_digits()[4 - self.keep :]):
-            data[len(self.head) + position :: size] = column[lows]
-        return data
-
-
-def _strings(runs: list[_TextRun], counting: _Counting) -> pa.Array:
-    """Runs of one width as one string array, built from its buffers."""
-    count = sum(len(run.ids) for run in runs)
-    size = runs[0].size if runs else 0
-    parts = [run.values() for run in runs]
-    data = parts[0] if len(parts) == 1 else b"".join(parts)  # b"" for no run
-    offsets = counting.upto(count + 1, size, pa.int32())
-    return pa.Array.from_buffers(
-        pa.string(), count, [None, offsets.buffers()[1], pa.py_buffer(data)]
-    )
-
-
-@functools.cache
-def _low_digits() -> tuple[bytes, ...]:
-    """The four digits of 0000 ... 9999, one bytes object per digit position: byte ``r`` of
-    the last one is the last digit of ``r``."""
-    text = "".join(f"{r:04d}" for r in range(_BLOCK)).encode()
-    return tuple(text[position::4] for position in range(4))
+    Each reader gets ``per_reader`` rows in splits of ``ceil(per_reader / split_num)`` rows,
+    the last one shorter (so fewer than ``split_num`` splits when that does not divide
+    evenly); reader ``r``'s ``j``-th split has the id ``j * readers + r``. Reader ``r``'s rows
+    have the ids ``r * per_reader`` up to the next reader's."""
+    if per_reader <= 0:
+        return []
+    size = -(-per_reader // split_num)
+    return [
+        (r * per_reader + start, min(size, per_reader - start))
+        for start in range(0, per_reader, size)
+        for r in range(readers)
+    ]
 
 
 class RowsOption(Option):
@@ -295,8 +58,15 @@ class FakeSource(SourcePlugin):
     name = "FakeSource"
     options = (
         Option("schema", dict, help="schema { fields { name = type } }; default id, name, value"),
-        Option("row.num", int, default=100, min=0, help="rows per split (BATCH)"),
-        Option("split.num", int, default=1, min=1, help="number of splits"),
+        Option("row.num", int, default=5, min=0, help="rows per reader (BATCH), as SeaTunnel"),
+        Option("split.num", int, default=1, min=1, help="splits per reader"),
+        Option(
+            "endless",
+            bool,
+            default=False,
+            help="STREAMING: keep making rows without end, ids continuing, split.num splits "
+            "in all; SeaTunnel's FakeSource stops after row.num per reader",
+        ),
         Option(
             "rows.per-second",  # paces BATCH splits too (tests and demos of long batch jobs)
             float,
@@ -309,6 +79,10 @@ class FakeSource(SourcePlugin):
         Option("bytes.length", int, default=5, min=1, help="length of every bytes value"),
         Option("array.size", int, default=5, min=0, help="items of every array"),
         Option("map.size", int, default=5, min=0, help="entries of every map"),
+        Option("vector.dimension", int, default=4, min=1, help="floats of every vector"),
+        Option(
+            "binary.vector.dimension", int, default=8, min=8, help="bits of every binary vector"
+        ),
         Option(
             "tables_configs",
             list,
@@ -330,12 +104,52 @@ class FakeSource(SourcePlugin):
             f"{part}.template": "values are derived from the row id, so a replay is exact"
             for part in ("date.year", "date.month", "date.day", "time.hour", "time.minute")
         }
-        | {"time.second.template": "values are derived from the row id, so a replay is exact"}
+        | {
+            name: "values are derived from the row id, so a replay is exact"
+            for name in (
+                "time.second.template",
+                "vector.float.min",
+                "vector.float.max",
+                "auto.increment.enabled",
+                "auto.increment.start",
+            )
+        }
+        | {
+            "table-names": "the rows go to one table, as SeaTunnel's FakeSource reads them; "
+            "name several in tables_configs"
+        }
     )
+    tables_option = "tables_configs"
+
+    @classmethod
+    def table_entry_problem(cls, entry):
+        schema = entry.get("schema") if isinstance(entry, dict) else None
+        described = isinstance(schema, dict) and (schema.get("fields") or schema.get("columns"))
+        if not described or not schema.get("table"):
+            return "needs schema { table = name, fields { ... } (or columns = [...]) }"
+        return None
+
+    @classmethod
+    def placeholder_names(cls, config):
+        """Its ``schema.table`` (``database.table`` or ``table``) names the table; without one,
+        its ``plugin_output``, else ``default.default.default``: SeaTunnel's catalog table, so
+        ``path = ".../${table_name}"`` after ``plugin_output = "fake"`` is ``.../fake``."""
+        schema = config.get("schema")
+        table = schema.get("table") if isinstance(schema, dict) else None
+        return table_names(str(table or config.get("plugin_output") or "default.default.default"))
 
     @classmethod
     def check(cls, config):
         schema, errors = parse_schema(config.get("schema"))
+        if (config.get("binary.vector.dimension") or 8) % 8:
+            errors.append(("binary.vector.dimension", "must be a multiple of 8 (bits a byte)"))
+        if not errors and schema is not None:
+            try:
+                cls(config, "").fixed_values()
+            except (ValueError, TypeError, ArithmeticError) as exc:
+                errors.append(("schema.columns", f"a defaultValue does not fit its type: {exc}"))
+        if config.get("endless") and config["rows"] is not None:
+            errors.append(("endless", "makes rows from ids: listed rows come once a split"))
         if errors or config["rows"] is None:
             return errors
         schema = schema or DEFAULT_SCHEMA
@@ -367,7 +181,31 @@ class FakeSource(SourcePlugin):
             config.get("bytes.length") or 5,
             config.get("array.size", 5),
             config.get("map.size", 5),
+            self.fixed_values(),
         )
+
+    def fixed_values(self) -> tuple[tuple[str, Callable], ...]:
+        """The fields whose values are not their type's, as SeaTunnel makes them: a column's
+        ``defaultValue`` in every row, and a vector sized by its ``columnScale`` (else
+        ``vector.dimension``, ``binary.vector.dimension`` for a binary one)."""
+        tree = self.config.get("schema") or {}
+        fields = tree.get("fields")
+        columns = [{"name": n, "type": k} for n, k in fields.items()] if fields else None
+        kinds, out = dict(self.output_schema().fields), []
+        for column in columns or tree.get("columns") or []:
+            name, declared = str(column["name"]), column["type"]
+            kind = declared.strip().lower() if isinstance(declared, str) else ""
+            default = column.get("defaultValue")
+            if default is not None and not str(default).upper().startswith("CURRENT_"):
+                value = convert(kinds[name], default)
+                out.append((name, lambda i, value=value: value))
+            elif kind in VECTOR_TYPES:
+                binary = kind == "binary_vector"
+                dimension = column.get("columnScale") or self.config.get(
+                    "binary.vector.dimension" if binary else "vector.dimension"
+                )
+                out.append((name, vector_values(kind, int(dimension or (8 if binary else 4)))))
+        return tuple(out)
 
     def listed_rows(self) -> list[tuple] | None:
         """The ``rows`` option's rows, typed; None if the option is not set."""
@@ -386,14 +224,49 @@ class FakeSource(SourcePlugin):
         schema, _ = parse_schema(self.config.get("schema"))
         return schema or DEFAULT_SCHEMA
 
+    @classmethod
+    def mode_problems(cls, config: dict, mode: str) -> list[tuple[str, str]]:
+        """``endless`` is for STREAMING jobs: a BATCH job's input has to end."""
+        if config.get("endless") and mode != JobMode.STREAMING:
+            return [("endless", "is for STREAMING jobs (a BATCH job's input ends)")]
+        return []
+
+    def endless(self, mode: str) -> bool:
+        """Splits that never end: a STREAMING job's with Keel's ``endless`` (SeaTunnel's end
+        after their rows, the job then idles). A job planned before the option was (no key)
+        keeps the endless splits it was made with."""
+        endless = self.config.get("endless", True) and self.config.get("rows") is None
+        return mode == JobMode.STREAMING and bool(endless)
+
     def create_splits(self, mode: str) -> list[dict]:
-        return [{"splitId": f"fake-{s}", "index": s} for s in range(self.config["split.num"])]
+        """SeaTunnel's splits, in the order of its split ids, so that assigning them round-robin
+        gives split ``k`` to reader ``k % parallelism`` as its enumerator does; an ``endless``
+        STREAMING source has ``split.num`` splits in all."""
+        if self.endless(mode):
+            return [{"splitId": f"fake-{s}", "index": s} for s in range(self.config["split.num"])]
+        layout = split_layout(
+            self.config.get("parallelism") or 1, self.config["row.num"], self.config["split.num"]
+        )
+        return [
+            {"splitId": f"fake-{s}", "index": s, "first": first, "rows": rows}
+            for s, (first, rows) in enumerate(layout)
+        ]
+
+    def split_rows(self, split: dict, mode: str) -> int | None:
+        """How many rows the split holds: None if it never ends. Listed ``rows`` come once
+        per split, as in SeaTunnel; a split made before splits said their rows has row.num."""
+        if self.endless(mode):
+            return None
+        if self.config.get("rows") is not None:
+            return len(self.config["rows"])
+        return split.get("rows", self.config["row.num"])
 
     def row_ids(self, split: dict, mode: str, start: int, stop: int) -> range:
         s, per, count = split["index"], self.config["row.num"], self.config["split.num"]
-        if mode == JobMode.STREAMING:
+        if self.endless(mode):
             return range(s + start * count, s + stop * count, count)
-        return range(s * per + start, s * per + stop)
+        first = split.get("first", s * per)
+        return range(first + start, first + stop)
 
     def read_rows(self, split: dict, offset: int, mode: str, batch_size: int):
         listed = self.listed_rows()
@@ -423,10 +296,9 @@ class FakeSource(SourcePlugin):
     def id_ranges(self, split: dict, offset: int, mode: str, batch_size: int):
         """Yield ``(ids, next_offset)``: the row ids of the split's next batch, or None when
         nothing is due yet (pacing)."""
-        streaming = mode == JobMode.STREAMING
         rate = self.config["rows.per-second"]
         interval = self.config["split.read-interval"] / 1000
-        limit = None if streaming else self.config["row.num"]
+        limit = self.split_rows(split, mode)
         started, produced, next_read = time.monotonic(), 0, 0.0
         while limit is None or offset < limit:
             if interval and next_read > time.monotonic():

@@ -38,10 +38,9 @@ class ManagedFakeReader(SplitOffsets):
         self._next_read: dict[str, float] = {}
         self.retry_at: float | None = None
         self.paced = bool(self.rate or self.interval)
-        #: The rows a split holds (None: a STREAMING split never ends).
-        self.limit = None if mode == JobMode.STREAMING else source.config["row.num"]
-        if self.listed is not None:
-            self.limit = len(self.listed)  # the same rows from every split, then it ends
+        #: The rows each split holds (None: an ``endless`` split never ends), by split id. A
+        #: STREAMING reader whose splits have ended says NOTHING_AVAILABLE and idles.
+        self.limits: dict[str, int | None] = {}
         self._order: list[str] | None = None  # the splits in id order, kept between turns
         #: The block built ahead (split id, first offset, rows, end offset), one at a time;
         #: derived, never checkpointed. Its split is the current one until the block is out.
@@ -51,10 +50,18 @@ class ManagedFakeReader(SplitOffsets):
         super().add_splits(splits)
         self._order = None
 
+    def limit(self, split_id: str) -> int | None:
+        """The rows the split holds (its own count: splits differ when ``split.num`` does not
+        divide ``row.num``), looked up once."""
+        if split_id not in self.limits:
+            self.limits[split_id] = self.source.split_rows(self.splits[split_id], self.mode)
+        return self.limits[split_id]
+
     def restore(self, state: dict) -> None:
         super().restore(state)
         self._order = None
         self._block = None
+        self.limits.clear()
         self._paced.clear()
         self._next_read.clear()
 
@@ -107,10 +114,10 @@ class ManagedFakeReader(SplitOffsets):
             split_id, first, rows, end = block  # the current split's, until it is out
             offset = self.offsets[split_id]
         else:
-            n, limit = len(order), self.limit
+            n = len(order)
             for _ in range(n):
                 split_id = order[self.cursor % n]
-                offset = self.offsets[split_id]
+                offset, limit = self.offsets[split_id], self.limit(split_id)
                 if limit is None or offset < limit:
                     break
                 self.cursor = (self.cursor + 1) % n
@@ -130,12 +137,11 @@ class ManagedFakeReader(SplitOffsets):
 
     def _poll(self, context: PollContext, order: list[str]) -> PollStatus:
         """Any turn: pacing, split ends, budgets, and rows built as they are needed."""
-        limit = self.limit
         now = self.clock() if self.paced else 0.0
         self.retry_at = None
         for turn in range(len(order)):
             split_id = order[(self.cursor + turn) % len(order)]
-            offset = self.offsets[split_id]
+            offset, limit = self.offsets[split_id], self.limit(split_id)
             if limit is not None and offset >= limit:
                 continue
             due = self._due(split_id, offset, now) if self.paced else None

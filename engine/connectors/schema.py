@@ -31,7 +31,24 @@ SCALAR_TYPES = (
     "null",
 )
 #: Other spellings SeaTunnel accepts for the same types.
-TYPE_ALIASES = {"integer": "int", "long": "bigint", "bool": "boolean", "varchar": "string"}
+TYPE_ALIASES = {
+    "integer": "int",
+    "long": "bigint",
+    "short": "smallint",
+    "byte": "tinyint",
+    "bool": "boolean",
+    "varchar": "string",
+}
+#: SeaTunnel's vector types as the types that hold their values (the dimension is the data's,
+#: as in SeaTunnel, where a column's type does not carry it): dense vectors are lists of
+#: floats, a binary vector its bytes (8 dimensions a byte), a sparse vector index -> value.
+VECTOR_TYPES = {
+    "float_vector": "array<float>",
+    "float16_vector": "array<float>",
+    "bfloat16_vector": "array<float>",
+    "binary_vector": "bytes",
+    "sparse_float_vector": "map<int, float>",
+}
 #: Kept for the messages that list the types.
 FIELD_TYPES = (*SCALAR_TYPES, "decimal(p, s)", "array<T>", "map<K, V>", "{ nested row }")
 INTEGERS = ("tinyint", "smallint", "int", "bigint")
@@ -73,9 +90,9 @@ def split_top(text: str) -> list[str]:
     """``"a, map<b, c>, d"`` -> ``["a", "map<b, c>", "d"]``: commas outside brackets."""
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(text):
-        if ch in "<(":
+        if ch in "<({":
             depth += 1
-        elif ch in ">)":
+        elif ch in ">)}":
             depth -= 1
         elif ch == "," and depth == 0:
             parts.append(text[start:i].strip())
@@ -105,6 +122,10 @@ def normalise_kind(kind, depth: int = 0) -> str:
         raise ValueError(f"unknown type {kind!r}")
     text = kind.strip()
     lowered = text.lower()
+    if text.startswith("{"):  # a nested row written as HOCON or JSON: {a = int, b = string}
+        return normalise_kind(_row_object(text), depth)
+    if lowered in VECTOR_TYPES:
+        return VECTOR_TYPES[lowered]
     if m := re.fullmatch(r"decimal\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)", lowered):
         precision, scale = int(m[1]), int(m[2])
         if not 1 <= precision <= 38 or scale > precision:
@@ -130,6 +151,25 @@ def normalise_kind(kind, depth: int = 0) -> str:
     raise ValueError(f"unknown type {kind!r} (known: {', '.join(FIELD_TYPES)})")
 
 
+def _row_object(text: str) -> dict:
+    """A row type's text (``{c_int = int, c_string = string}``, JSON too) as its fields."""
+    from pyhocon import ConfigFactory
+    from pyhocon.exceptions import ConfigException
+    from pyparsing import ParseBaseException
+
+    from engine.jobconfig import _plain
+
+    if "include" in text or "${" in text:  # a type names fields, it reads nothing
+        raise ValueError(f"{text!r}: no include or substitution in a row type")
+    try:
+        tree = _plain(ConfigFactory.parse_string(f"row = {text}")["row"])
+    except (ConfigException, ParseBaseException, ValueError, KeyError):
+        raise ValueError(f"{text!r} is not a row type ({{name = type, ...}})") from None
+    if not isinstance(tree, dict):
+        raise ValueError(f"{text!r} is not a row type ({{name = type, ...}})")
+    return tree
+
+
 def kind_args(kind: str) -> tuple[str, list[str]]:
     """``"map<string, int>"`` -> ``("map", ["string", "int"])``; ``"decimal(10, 2)"`` ->
     ``("decimal", ["10", "2"])``; a nested row's args are ``"name: type"`` strings."""
@@ -143,13 +183,42 @@ def row_fields(kind: str) -> list[tuple[str, str]]:
     return [(a.partition(":")[0].strip(), a.partition(":")[2].strip()) for a in args]
 
 
+#: What a ``schema.columns`` entry may say (SeaTunnel's column options).
+COLUMN_KEYS = ("name", "type", "nullable", "defaultValue", "comment", "columnLength", "columnScale")
+
+
+def column_fields(columns) -> tuple[dict, list[tuple[str, str]]]:
+    """SeaTunnel's ``schema.columns`` (``[{ name = id, type = bigint, ... }]``) as the
+    ``fields`` object it says the same as: {name: type}, [(option, message)]."""
+    if not isinstance(columns, list) or not columns:
+        return {}, [("schema.columns", "must be a list of { name = ..., type = ... }")]
+    fields, errors = {}, []
+    for n, column in enumerate(columns):
+        path = f"schema.columns[{n}]"
+        if not isinstance(column, dict) or not column.get("name") or not column.get("type"):
+            errors.append((path, "needs a name and a type"))
+            continue
+        unknown = sorted(set(column) - set(COLUMN_KEYS))
+        if unknown:
+            errors.append((f"{path}.{unknown[0]}", f"unknown (known: {', '.join(COLUMN_KEYS)})"))
+        elif str(column["name"]) in fields:
+            errors.append((f"{path}.name", f"{column['name']!r} is named twice"))
+        fields[str(column["name"])] = column["type"]
+    return fields, errors
+
+
 def parse_schema(tree: dict | None) -> tuple[Schema | None, list[tuple[str, str]]]:
     """``schema { fields { id = bigint, name = string } }`` -> Schema, [(option, message)]."""
     if not tree:
         return None, []
     fields = tree.get("fields")
+    if fields is None and tree.get("columns") is not None:
+        fields, errors = column_fields(tree["columns"])
+        if errors:
+            return None, errors
     if not isinstance(fields, dict) or not fields:
-        return None, [("schema.fields", "must be an object of field = type")]
+        message = "must be an object of field = type (or schema.columns, [{ name, type }])"
+        return None, [("schema.fields", message)]
     errors = []
     out = []
     for name, kind in fields.items():
