@@ -117,11 +117,15 @@ class ConnectionForm(forms.ModelForm):
 
     def clean(self):
         from engine.connectors.boundaries import Refused, check_database
+        from engine.connectors.mysql.urls import is_mysql_url, parse_url
 
         data = super().clean()
         if data.get("url"):
             try:
-                check_database(data["url"], named=True)
+                if is_mysql_url(data["url"]):
+                    parse_url(data["url"])
+                else:
+                    check_database(data["url"], named=True)
             except Refused as exc:
                 self.add_error("url", str(exc))
         if not self.instance.password_encrypted and not data.get("password"):

@@ -168,3 +168,44 @@ def describe_at(text: str, index: int) -> str:
         return "a line break"
     token = rest[:24] + ("…" if len(rest) > 24 else "")
     return f"'{token}'"
+
+
+#: SeaTunnel's table placeholders: a sink fills them per table, so no variable may name them.
+TABLE_PLACEHOLDERS = frozenset(
+    {
+        "database_name",
+        "schema_name",
+        "schema_full_name",
+        "table_name",
+        "table_full_name",
+        "primary_key",
+        "unique_key",
+        "field_names",
+    }
+)
+_PLACEHOLDER = re.compile(r"\$\{(\?)?\s*([A-Za-z_][A-Za-z0-9_.\-]*)\s*(?::([^}]*))?\}")
+
+
+def fill_strings(value: object, values: Mapping[str, str]) -> object:
+    """``value`` (a parsed config) with ``${name}`` in its strings replaced as SeaTunnel does
+    for ``-i`` variables: in quoted strings too, which HOCON leaves alone. A name given in
+    ``values`` takes its value; else ``${name:default}`` takes the default and ``${?name}``
+    nothing; else the text stays as written (``${now}`` of a file name, a table placeholder)."""
+    if isinstance(value, dict):
+        return {k: fill_strings(v, values) for k, v in value.items()}
+    if isinstance(value, list):
+        return [fill_strings(v, values) for v in value]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def replace(match: re.Match) -> str:
+        optional, name, default = match.groups()
+        if name in TABLE_PLACEHOLDERS:
+            return match.group(0)
+        if name in values:
+            return values[name]
+        if default is not None:
+            return default
+        return "" if optional else match.group(0)
+
+    return _PLACEHOLDER.sub(replace, value)

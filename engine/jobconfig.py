@@ -302,6 +302,13 @@ def check_variables(values: Any) -> dict[str, str]:
                     "starting with a letter or '_'",
                 }
             )
+        elif name in hocon.TABLE_PLACEHOLDERS:
+            errors.append(
+                {
+                    "path": f"variables.{name}",
+                    "message": "is a table placeholder, filled per table: it cannot be a variable",
+                }
+            )
         elif isinstance(value, bool) or not isinstance(value, str | int | float):
             errors.append({"path": f"variables.{name}", "message": "must be a string or number"})
         elif len(str(value)) > MAX_VARIABLE_LENGTH:
@@ -372,7 +379,7 @@ def parse_job_config(text: str, variables: dict[str, str] | None = None) -> Pars
         # pyhocon's own failures on shapes it does not expect (a top-level list with a
         # substitution in it, ``[${a}]``): the config is not an object of blocks.
         raise ConfigError([{"path": "config", "message": "the config must be an object"}]) from None
-    root = _plain(tree)
+    root = hocon.fill_strings(_plain(tree), variables or {})
     if not isinstance(root, dict):
         raise ConfigError([{"path": "config", "message": "the config must be an object"}])
     errors: list[dict] = []

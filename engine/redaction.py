@@ -18,9 +18,26 @@ _SECRET_ASSIGNMENT = re.compile(
 )
 
 
+#: A secret inside a URL: a parameter (``?password=...``, ``&sslpassword=...``, as pgJDBC and
+#: Connector/J take them) or the userinfo's password (``//user:secret@host``).
+_URL_SECRETS = (
+    re.compile(r"(?i)([?&;](?:[\w-]*(?:password|passwd|secret|token))=)([^&;\s\"',}#]*)"),
+    re.compile(r"(//[^/:@\s\"']+:)([^@/\s\"']+)(@)"),
+)
+
+
 def redact_config(text: str) -> str:
     """The config with every literal secret value replaced (substitutions kept: they name a
-    variable, not its value)."""
+    variable, not its value), URLs' passwords included."""
+    for pattern in _URL_SECRETS:
+        text = pattern.sub(
+            lambda m: (
+                m.group(0)
+                if m.group(2).startswith("${")
+                else m.group(1) + REDACTED + (m.group(3) if m.lastindex == 3 else "")
+            ),
+            text,
+        )
 
     def replace(match: re.Match) -> str:
         value = match.group(2)

@@ -1,5 +1,6 @@
 """Run a BATCH job's pipelines in this process, through the engine's own data plane
-(``run_reader``): what a worker's reader does, without a cluster. For tests of what connectors
+(``run_reader``): what a worker's reader does, without a cluster (the sinks' save modes
+first, as the first enumerator applies them). For tests of what connectors
 and transforms read and write."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import threading
 
 from engine.jobs.planner import plan_job
 from engine.member.dataplane import instantiate, run_reader
+from engine.member.savemodes import due_sinks
 from engine.states import JobMode
 
 
@@ -16,6 +18,9 @@ def run_batch(config_text: str, job_id: int = 1, variables: dict | None = None) 
     returns {"received": rows read, "written": rows written, "warnings": the plan's}."""
     plan = plan_job(config_text, None, variables or {})
     assert plan.mode == JobMode.BATCH
+    # The job's save modes, once, before its first row: what the first enumerator does.
+    for sink in due_sinks([pipeline.to_json() for pipeline in plan.pipelines]):
+        sink.apply_save_modes()
     totals = {"received": 0, "written": 0, "warnings": plan.warnings}
     for pipeline_id, pipeline in enumerate(plan.pipelines, start=1):
         data = pipeline.to_json()

@@ -114,7 +114,7 @@ def test_a_custom_sink_query_runs_for_every_row(db):
             "data-modifying statement",
         ),
         ('query = "select * from nope"', "query", 'relation "nope" does not exist'),
-        ('table = src, query = "select 1"', "query", "either table"),
+        ("table_list = [{ table_path = src }], table = src", "table_list", "not both"),
         ('table_path = "elsewhere.public.src"', "database", "is not the url's database"),
         ("table = src, partition_column = name", "partition_column", "integer column"),
     ],

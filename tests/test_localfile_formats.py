@@ -27,6 +27,7 @@ SCHEMA = """schema { fields {
 
 
 def fake(extra: str = "") -> str:
+    # row.num is per reader: ROWS rows for each of job()'s 2 readers, in 2 splits each
     return f"source {{ FakeSource {{ row.num = {ROWS}, split.num = 2, {SCHEMA} {extra} }} }}"
 
 
@@ -309,8 +310,9 @@ def test_partition_values_round_trip_through_their_directory_names(tmp_path):
         job(
             f'LocalFile {{ path = "{out}", file_format_type = json, have_partition = true,'
             " partition_by = [name] }",
+            # one reader: as in SeaTunnel, each reader emits the listed rows
             source=f"source {{ FakeSource {{ schema {{ fields {{ id = int, name = string }} }},"
-            f" rows = [{rows}] }} }}",
+            f" rows = [{rows}], parallelism = 1 }} }}",
         )
     )
     back = tmp_path / "back"

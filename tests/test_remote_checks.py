@@ -25,7 +25,8 @@ def test_connection_checks_run_in_a_worker(db_template, data_db):
     def jdbc(table: str) -> dict:
         return {
             "config": "source { FakeSource { } }\n"
-            f'sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = {table} }} }}'
+            f'sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = {table},'
+            " schema_save_mode = ERROR_WHEN_SCHEMA_NOT_EXIST } }"
         }
 
     fake = {"config": "source { FakeSource { } }\nsink { Blackhole { } }"}

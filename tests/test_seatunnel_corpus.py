@@ -1,7 +1,8 @@
 """SeaTunnel job files run unchanged: the corpus under ``tests/seatunnel_corpus/`` (written from
-SeaTunnel's connector docs) is submitted to a cluster through the REST API, every job finishes,
-and each ``# expect:`` count is exact. A second test checks that the corpus uses every option
-SeaTunnel documents for each plugin Keel has."""
+SeaTunnel's connector docs, and taken from its e2e job files with the counts its e2e tests
+expect) is submitted to a cluster through the REST API, every job finishes, and each
+``# expect:`` count is exact. A second test checks that the corpus uses every option SeaTunnel
+documents for each plugin Keel has."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ DOCUMENTED = {
         bigint.fake.mode bigint.min bigint.max bigint.template float.fake.mode float.min
         float.max float.template double.fake.mode double.min double.max double.template
         string.fake.mode string.template date.year.template date.month.template
-        date.day.template time.hour.template time.minute.template time.second.template""",
+        date.day.template time.hour.template time.minute.template time.second.template
+        vector.dimension binary.vector.dimension vector.float.min vector.float.max""",
     ("source", "localfile"): """result_table_name path file_format_type read_columns delimiter
         row_delimiter field_delimiter parse_partition_from_path date_format datetime_format
         time_format skip_header_row_number schema sheet_name xml_row_tag xml_use_attr_format
@@ -46,19 +48,21 @@ DOCUMENTED = {
         is_enable_transaction batch_size single_file_mode create_empty_file_when_no_data
         compress_codec max_rows_in_memory sheet_name csv_string_quote_mode xml_root_tag
         xml_row_tag xml_use_attr_format enable_header_write encoding schema_save_mode
-        data_save_mode tmp_path date_format datetime_format time_format""",
+        data_save_mode tmp_path date_format datetime_format time_format
+        parquet_avro_write_timestamp_as_int96 parquet_avro_write_fixed_as_int96""",
     ("source", "jdbc"): """result_table_name url driver user password query table_path
         where_condition connection_check_timeout_sec partition_column partition_upper_bound
         partition_lower_bound partition_num fetch_size properties decimal_type_narrowing
         int_type_narrowing handle_blob_as_string split.size
         split.even-distribution.factor.upper-bound split.even-distribution.factor.lower-bound
-        split.sample-sharding.threshold split.inverse-sampling-rate use_select_count
-        skip_analyze compatible_mode""",
+        split.sample-sharding.threshold split.inverse-sampling-rate split.inverse-sampling.rate
+        use_select_count skip_analyze compatible_mode table_list""",
     ("sink", "jdbc"): """source_table_name url driver user password query database table
         primary_keys support_upsert_by_query_primary_key_exist connection_check_timeout_sec
         max_retries batch_size is_exactly_once generate_sink_sql xa_data_source_class_name
         max_commit_attempts transaction_timeout_sec auto_commit field_ide properties
-        schema_save_mode data_save_mode custom_sql enable_upsert use_copy_statement dialect""",
+        schema_save_mode data_save_mode custom_sql enable_upsert use_copy_statement dialect
+        compatible_mode create_index""",
     ("sink", "console"): "source_table_name log.print.data log.print.delay.ms",
     ("transform", "sql"): "source_table_name result_table_name query",
     ("transform", "copy"): "source_table_name result_table_name fields src_field dest_field",
@@ -126,13 +130,61 @@ def corpus_db():
         )
         conn.execute("CREATE TABLE corpus_text (id bigint, note text)")
         conn.execute("CREATE TABLE corpus_log (id bigint, note text)")
+        create_e2e_tables(conn)
     yield dsn, name
     with admin_conn() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+#: pg_e2e_source_table's columns as JdbcPostgresIT creates them, but PostGIS's geometries and
+#: xml_col (types Keel does not read).
+PG_E2E_COLUMNS = """gid SERIAL PRIMARY KEY, uuid_col UUID, text_col TEXT, varchar_col VARCHAR(255),
+    char_col CHAR(10), boolean_col bool, smallint_col int2, integer_col int4, bigint_col BIGINT,
+    decimal_col DECIMAL(10, 2), numeric_col NUMERIC(8, 4), real_col float4,
+    double_precision_col float8, smallserial_col SMALLSERIAL, serial_col SERIAL,
+    bigserial_col BIGSERIAL, date_col DATE, timestamp_col TIMESTAMP, bpchar_col BPCHAR(10),
+    age INT NOT null, name VARCHAR(255) NOT null, json_col json NOT NULL,
+    jsonb_col jsonb NOT NULL"""
+
+
+def create_e2e_tables(conn: psycopg.Connection) -> None:
+    """The tables SeaTunnel's e2e tests create before the jobs the corpus took from them run:
+    JdbcAutoGenerateSQLIT's ``sink`` (here with 7 stale rows, for DROP_DATA to remove),
+    JdbcPostgresIT's 1000 rows, JdbcMysqlMultipleTablesIT's ``source``/``sink`` tables of 100
+    rows each (schemas for its databases; a primary key here, which Keel needs to read a table
+    without a partition_column)."""
+    conn.execute(
+        "CREATE TABLE sink (user_id BIGINT NOT NULL PRIMARY KEY, name varchar(255), age INT)"
+    )
+    conn.execute("INSERT INTO sink SELECT 1000 + g, 'stale', 0 FROM generate_series(1, 7) g")
+    for table in ("pg_e2e_source_table", "pg_e2e_sink_table"):
+        conn.execute(f"CREATE TABLE {table} ({PG_E2E_COLUMNS})")
+    conn.execute(
+        "INSERT INTO pg_e2e_source_table SELECT g, gen_random_uuid(), 'Hello World', 'Test',"
+        " 'Testing', true, 10, 100, 1000, 10.55, 8.8888, 3.14, 3.14159265, 1, 100, 10000,"
+        " '2023-05-07', '2023-05-07 14:30:00', 'Testing', 21, 'Leblanc', %s::json, %s::jsonb"
+        " FROM generate_series(1, 1000) g",
+        ('{"key":"value"}', '{"key":"value"}'),
+    )
+    for schema in ("source", "sink"):
+        conn.execute(f"CREATE SCHEMA {schema}")
+        for table in ("table1", "table2"):
+            conn.execute(
+                f"CREATE TABLE {schema}.{table} (c_int int PRIMARY KEY, c_bigint bigint,"
+                " c_varchar varchar(255), c_decimal decimal(20, 0), c_date date)"
+            )
+            if schema == "source":
+                conn.execute(
+                    f"INSERT INTO source.{table} SELECT g, g * 10, 'v' || g, g,"
+                    " DATE '2024-01-01' + g FROM generate_series(0, 99) g"
+                )
+
+
 def write_inputs(data: Path) -> None:
-    """The files the corpus's LocalFile sources read."""
+    """The files the corpus's LocalFile sources read, and a stale part a save mode removes."""
+    stale = data / "out" / "savemode" / "fake"
+    stale.mkdir(parents=True)
+    (stale / "stale.json").write_text('{"c_string": "stale"}\n' * 3)
     people = data / "in" / "people"
     for city, rows in (("paris", "1;'Ann';30\n2;NULL;40\n"), ("rome", "3;'B;o';50\n4;x;60\n")):
         (people / f"city={city}").mkdir(parents=True)
@@ -191,7 +243,9 @@ def test_every_corpus_job_runs_with_exact_counts(db_template, corpus_db, tmp_pat
         "PG": "jdbc:" + dsn.replace("postgres://", "postgresql://"),
         "PGDB": dbname,
     }
-    with Cluster(db_template, masters=1, workers=2, slots=8) as c:
+    # worker-1 has the tags of SeaTunnel's resource-isolation e2e member (for tag_filter).
+    tags = ("--worker-tags", "worker-1:group=platform,team=team1")
+    with Cluster(db_template, masters=1, workers=2, slots=8, extra_args=tags) as c:
         submitted = {}
         for path in corpus():
             code, body = post(
@@ -218,3 +272,9 @@ def test_every_corpus_job_runs_with_exact_counts(db_template, corpus_db, tmp_pat
                 else:
                     counts[key] = job(c, submitted[path.name])["metrics"]["sinkWriteCount"]
         assert counts == wanted
+        hosts = c.query(
+            "SELECT DISTINCT m.name FROM engine_taskgroup g JOIN engine_member m"
+            " ON m.id = g.member_id WHERE g.job_id = %s",
+            (submitted["fake_tag_filter_to_console.conf"],),
+        )
+        assert hosts == [("worker-1",)], "tag_filter places the job on the tagged worker only"

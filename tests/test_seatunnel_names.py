@@ -119,7 +119,7 @@ def test_a_sources_own_parallelism_sets_its_pipelines_readers(api):
     assert too_many.json()["errors"][0]["path"] == "source[0].FakeSource.parallelism"
 
 
-def test_jdbc_accepts_the_postgresql_driver_and_names_any_other(api):
+def test_jdbc_refuses_a_driver_of_another_database_than_its_url(api):
     config = """
     source { FakeSource { } }
     sink {
@@ -134,7 +134,7 @@ def test_jdbc_accepts_the_postgresql_driver_and_names_any_other(api):
     assert mysql.json()["errors"] == [
         {
             "path": "sink[0].jdbc.driver",
-            "message": "only PostgreSQL is supported (driver = org.postgresql.Driver)",
+            "message": "com.mysql.cj.jdbc.Driver is MySQL's driver, the url is PostgreSQL's",
             "line": 4,
         }
     ]

@@ -112,8 +112,16 @@ def test_a_transform_of_several_streams_is_copied_with_everything_below_it():
         """
     )
     assert shape(plan) == [
-        ("source[0].FakeSource", [("transform[0].Filter@a", "s0")], [("sink[0].Blackhole@a", "t0")]),
-        ("source[1].FakeSource", [("transform[0].Filter@b", "s1")], [("sink[0].Blackhole@b", "t0")]),
+        (
+            "source[0].FakeSource",
+            [("transform[0].Filter@a", "s0")],
+            [("sink[0].Blackhole@a", "t0")],
+        ),
+        (
+            "source[1].FakeSource",
+            [("transform[0].Filter@b", "s1")],
+            [("sink[0].Blackhole@b", "t0")],
+        ),
     ]
 
 

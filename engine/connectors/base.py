@@ -108,6 +108,12 @@ class Plugin:
         """Cross-option checks: [(option name, message)]."""
         return []
 
+    @classmethod
+    def notes(cls, config: dict[str, Any]) -> list[tuple[str, str]]:
+        """Warnings about a valid config, [(option name, message)]: what it asks for that has
+        no effect here (a URL parameter of another driver)."""
+        return []
+
 
 #: SeaTunnel's older names of the common options, which most of its configs still use.
 ALIASES = {"result_table_name": "plugin_output", "source_table_name": "plugin_input"}
@@ -169,7 +175,7 @@ def validate_block(
         try:
             config[option.name] = option.coerce(value)
         except ValueError as exc:
-            errors.append(_error(block, option.name, str(exc)))
+            errors.append(_error(block, option.name, str(exc) + _unfilled(value)))
     object_options = [o.name for o in specs if o.type is dict]
     known = {o.name for o in specs}
     for leaf in flatten_options(block.options):
@@ -185,7 +191,20 @@ def validate_block(
         errors.append(_error(block, leaf, f"unknown option for {plugin.name}"))
     if not errors and check:
         errors += [_error(block, name, message) for name, message in plugin.check(config)]
+    if not errors:
+        warnings += [
+            {"path": f"{block.path}.{name}", "message": message}
+            for name, message in plugin.notes(config)
+        ]
     return (None if errors else config), errors, warnings
+
+
+def _unfilled(value: Any) -> str:
+    """Why a value that is only a variable's placeholder (``"${header}"``) is still one."""
+    if isinstance(value, str) and value.startswith("${") and value.endswith("}"):
+        name = value[2:-1].split(":")[0]
+        return f" (it is {value}: pass the variable {name} with the submission, -i {name}=...)"
+    return ""
 
 
 def _ignored(plugin: type[Plugin], leaf: str) -> str | None:
@@ -203,6 +222,19 @@ def _error(block: PluginBlock, option: str, message: str) -> dict:
     return error
 
 
+def table_names(full_name: str) -> dict[str, str]:
+    """``db.schema.table``, ``db.table`` or ``table`` as the placeholders' values."""
+    parts = full_name.split(".")
+    database = parts[0] if len(parts) > 1 else ""
+    schema = parts[1] if len(parts) == 3 else ""
+    return {
+        "${database_name}": database,
+        "${schema_name}": schema,
+        "${table_name}": parts[-1],
+        "${table_full_name}": full_name,
+    }
+
+
 class SourcePlugin(Plugin):
     """A source: splits made by the enumerator, read by readers from an exact offset.
 
@@ -210,6 +242,26 @@ class SourcePlugin(Plugin):
     implements ``read_rows`` instead: ``read`` turns each of its lists into a batch."""
 
     section: ClassVar[str] = "source"
+    #: The option whose list makes this a multi-table source, a pipeline per entry (each entry's
+    #: options over the block's; engine.jobs.multitable); "" for a one-table source.
+    tables_option: ClassVar[str] = ""
+
+    @classmethod
+    def table_entry_problem(cls, entry: Any) -> str | None:
+        """Why an entry of ``tables_option`` cannot be planned; None when it can."""
+        return None if isinstance(entry, dict) else "must be an object"
+
+    @classmethod
+    def placeholder_names(cls, config: dict[str, Any]) -> dict[str, str]:
+        """The values of ``${database_name}``, ``${schema_name}``, ``${table_name}`` and
+        ``${table_full_name}`` for the table a validated config reads ({}: it names none)."""
+        return {}
+
+    @classmethod
+    def mode_problems(cls, config: dict[str, Any], mode: str) -> list[tuple[str, str]]:
+        """What a valid config asks for that the job's mode (``env.job.mode``) cannot give,
+        [(option name, message)]: a block is validated before the job's mode is known."""
+        return []
 
     def output_schema(self):  # -> Schema
         raise NotImplementedError

@@ -10,12 +10,8 @@ import ipaddress
 from pathlib import Path
 
 from django.conf import settings
-from psycopg.conninfo import conninfo_to_dict
 
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
-#: libpq parameters a job's URL may carry: anything else (passfile, service, sslkey, ...)
-#: would reach files or settings of the process running the job.
-ALLOWED_URL_PARAMS = {"host", "port", "dbname", "sslmode", "connect_timeout", "application_name"}
 
 
 class Refused(ValueError):
@@ -49,28 +45,30 @@ def resolve_file_path(path: str) -> Path:
 # -- databases ----------------------------------------------------------------------------------
 
 
-def parse_url(url: str) -> dict[str, str]:
-    """A job's PostgreSQL URL (``jdbc:`` prefix allowed) as libpq parameters; Refused if it is
-    not one, names no host, or carries parameters a job may not set."""
-    if url.startswith("jdbc:"):
-        url = url[len("jdbc:") :]
-    if not url.startswith(("postgresql://", "postgres://")):
-        raise Refused("only PostgreSQL URLs are supported (jdbc:postgresql://host:port/database)")
+def parse_url(url: str, properties: dict | None = None, database: str = "") -> dict[str, str]:
+    """A job's PostgreSQL URL (pgJDBC's form, ``jdbc:`` prefix allowed; ``properties`` beside
+    it) as libpq parameters (engine.connectors.pg_url); Refused if it is not one, names no
+    host, or names a certificate file outside the file roots."""
+    from engine.connectors.pg_url import FILE_PARAMS, pg_target
+
     try:
-        params = conninfo_to_dict(url)
-    except Exception:
-        raise Refused("not a valid PostgreSQL URL (jdbc:postgresql://host:port/database)") from None
-    if params.get("user") or params.get("password"):
-        raise Refused("put credentials in the user and password options, not in the URL")
-    extra = sorted(set(params) - ALLOWED_URL_PARAMS)
-    if extra:
-        raise Refused(f"URL parameter(s) not allowed: {', '.join(extra)}")
-    host = str(params.get("host") or "")
-    if not host or host.startswith("/") or "," in host:
-        raise Refused("the URL must name one host (jdbc:postgresql://host:port/database)")
-    if not params.get("dbname"):
-        raise Refused("the URL must name a database (jdbc:postgresql://host:port/database)")
-    return {k: str(v) for k, v in params.items()}
+        params = pg_target(url, properties, database).libpq
+    except ValueError as exc:
+        raise Refused(str(exc)) from None
+    for key in FILE_PARAMS.values():  # certificate files: inside the file roots only
+        if key in params:
+            try:
+                params[key] = str(resolve_file_path(params[key]))
+            except Refused as exc:
+                raise Refused(f"URL parameter {key}: {exc}") from None
+    return params
+
+
+def endpoints(params: dict[str, str]) -> list[tuple[str, str]]:
+    """(host, port) of every host of libpq ``params`` (port "5432" when none is given)."""
+    hosts = params["host"].split(",")
+    ports = str(params.get("port") or "").split(",")
+    return [(h, (ports[i] if i < len(ports) else "") or "5432") for i, h in enumerate(hosts)]
 
 
 def _is_loopback(host: str) -> bool:
@@ -87,13 +85,13 @@ def _same_host(a: str, b: str) -> bool:
 
 
 def is_engine_database(params: dict[str, str]) -> bool:
+    """Whether any host of ``params`` is the engine's own database."""
     engine = settings.DATABASES["default"]
     engine_host = str(engine.get("HOST") or "localhost")
     engine_port = str(engine.get("PORT") or 5432)
-    return (
-        params.get("dbname") == engine["NAME"]
-        and str(params.get("port") or 5432) == engine_port
-        and (_same_host(params["host"], engine_host) or engine_host.startswith("/"))
+    return params.get("dbname") == engine["NAME"] and any(
+        port == engine_port and (_same_host(host, engine_host) or engine_host.startswith("/"))
+        for host, port in endpoints(params)
     )
 
 
@@ -119,15 +117,20 @@ def _pattern_matches(pattern: str, host: str, port: str, dbname: str) -> bool:
     )
 
 
-def check_database(url: str, named: bool = False) -> dict[str, str]:
-    """Refused unless ``url`` is a database jobs may use: on the allow-list (a named connection
-    is the admin's own choice and needs none) and never the engine's own database."""
-    params = parse_url(url)
+def check_database(
+    url: str, named: bool = False, properties: dict | None = None, database: str = ""
+) -> dict[str, str]:
+    """Refused unless ``url`` is a database jobs may use: every host on the allow-list (a
+    named connection is the admin's own choice and needs none) and never the engine's own
+    database."""
+    params = parse_url(url, properties, database)
     if is_engine_database(params):
         raise Refused("the engine's own database is never available to jobs")
-    if not named:
-        host, port, dbname = params["host"], str(params.get("port") or 5432), params["dbname"]
-        allowed = settings.ENGINE["connectors.jdbc-allowed"]
+    if named:
+        return params
+    dbname = params["dbname"]
+    allowed = settings.ENGINE["connectors.jdbc-allowed"]
+    for host, port in endpoints(params):
         if not any(_pattern_matches(p, host, port, dbname) for p in allowed):
             raise Refused(
                 f"{host}:{port}/{dbname} is not allowed for jobs (engine.connectors.jdbc-allowed: "

@@ -1,129 +1,48 @@
-"""Jdbc source and sink for PostgreSQL.
+"""Jdbc source and sink: PostgreSQL, MySQL and MariaDB.
 
-The source splits a table by ranges of an integer partition column (the primary key by default)
-and streams each range with a server-side cursor. The sink's writers (engine.connectors
-.jdbc_writers) COPY each batch into a staging table and move it with one ``INSERT ... SELECT``:
-an upsert on ``primary_keys`` (a replayed batch changes nothing), or exactly once through
-checkpoints.
+What every database shares lives here: the options, the checks of a block's config (a table or
+a query, the split options, the save modes) and the plugin classes. The rest (connecting,
+columns and types, splits, reads, writers) is its dialect's (engine.connectors.dialects:
+engine.connectors.pg_dialect, engine.connectors.mysql.dialect), chosen by the block's URL.
+The source splits a table by ranges of an integer partition column (the primary key by
+default); the sink upserts on ``primary_keys`` (a replayed batch changes nothing), or writes
+exactly once through checkpoints.
 """
 
 from __future__ import annotations
 
 import re
 
-import psycopg
-from psycopg import sql
-
-from engine.connectors import pg_arrow
-from engine.connectors.arrowrows import arrow_schema
 from engine.connectors.base import Option, SinkPlugin, SinkWriter, SourcePlugin
-from engine.connectors.batches import bounded, limits
-from engine.connectors.jdbc_prepared import open_prepared_writer
+from engine.connectors.dialects import check_connection, dialect_for
+from engine.connectors.jdbc_checks import table_or_query, where_clause
+from engine.connectors.jdbc_options import (
+    COMMON,
+    COMMON_ALIASES,
+    COMMON_IGNORED,
+    SINK_IGNORED,
+    SOURCE_IGNORED,
+    SPLIT_OPTIONS,
+)
+from engine.connectors.jdbc_savemodes import (
+    SAVE_MODE_OPTIONS,
+    creates_table,
+    save_mode_errors,
+    save_modes_due,
+)
+from engine.connectors.jdbc_splits import split_option_errors
 from engine.connectors.jdbc_statements import (
     FIELD_IDE,
     QUERY_STATEMENT,
     placeholders,
     target_columns,
 )
-from engine.connectors.jdbc_writers import ExactlyOnceJdbcWriter, JdbcWriter
-from engine.connectors.pg import (
-    INTEGER_TYPE_NAMES,
-    INTEGER_TYPES,
-    PG_TYPE_NAMES,
-    PG_TYPES,
-    connect,
-    connect_read_only,
-    primary_key,
-    query_columns,
-    table_columns,
-    table_ident,
-    user_sql,
-)
-from engine.connectors.pg_arrow import select_list
 from engine.connectors.registry import register
 from engine.connectors.schema import Schema
 
 #: A source query reads: anything else is refused before it reaches the database (where it
 #: would meet a read-only transaction anyway).
 SELECT_STATEMENT = re.compile(r"^\s*\(*\s*(select|with|values|table)\b", re.IGNORECASE)
-#: The only JDBC driver Keel speaks for: configs written for SeaTunnel name it.
-POSTGRES_DRIVER = "org.postgresql.Driver"
-
-
-def _check_connection(config: dict, table_required: bool = True) -> list[tuple[str, str]]:
-    if config.get("driver", POSTGRES_DRIVER) != POSTGRES_DRIVER:
-        return [("driver", f"only PostgreSQL is supported (driver = {POSTGRES_DRIVER})")]
-    if config.get("connection") and (config.get("url") or config.get("password")):
-        return [("connection", "give either a named connection or url/user/password, not both")]
-    if config.get("table_path"):
-        error = _table_from_path(config)
-        if error:
-            return [error]
-    try:
-        with connect(config) as conn:
-            columns = table_columns(conn, config["table"]) if config["table"] else []
-            dbname = conn.info.dbname
-    except ValueError as exc:
-        return [("connection" if config.get("connection") else "url", str(exc))]
-    except psycopg.Error as exc:
-        reason = (str(exc).strip().splitlines() or ["error"])[0]
-        return [("url", f"cannot connect: {reason}")]
-    if config.get("database") and config["database"] != dbname:
-        return [("database", f"{config['database']!r} is not the url's database ({dbname!r})")]
-    if config["table"] and not columns:
-        return [("table", f"no table {config['table']!r} in that database")]
-    if table_required and not config["table"]:
-        return [("table", "is required")]
-    return []
-
-
-def _table_or_query(
-    config: dict, has_table: bool, statement: re.Pattern, kind: str
-) -> list[tuple[str, str]]:
-    """Exactly one of a table and a query, and the query of the kind this side runs."""
-    if bool(config["query"]) == has_table:
-        return [("query", "give either table (or table_path) or query")]
-    if config["query"] and not statement.match(config["query"]):
-        return [("query", f"must be one {kind} statement")]
-    return []
-
-
-def _table_from_path(config: dict) -> tuple[str, str] | None:
-    """SeaTunnel's ``table_path`` (``database.schema.table``, ``schema.table`` or ``table``)
-    as ``table``; its database, if named, must be the url's."""
-    parts = config["table_path"].split(".")
-    if len(parts) > 3 or not all(parts):
-        return ("table_path", "must be database.schema.table, schema.table or table")
-    if config["table"] and config["table"] != ".".join(parts[-2:]):
-        return ("table_path", f"names another table than table ({config['table']!r})")
-    if len(parts) == 3:
-        config["database"] = config.get("database") or parts[0]
-        if config["database"] != parts[0]:
-            return ("table_path", f"names database {parts[0]!r}, database says otherwise")
-    config["table"] = ".".join(parts[-2:])
-    return None
-
-
-COMMON = (
-    Option("url", str, default="", help="jdbc:postgresql://host:port/database"),
-    Option("user", str, default=""),
-    Option("password", str, default=""),
-    Option(
-        "connection",
-        str,
-        default="",
-        help="a named connection (url, user and password an admin stored) instead",
-    ),
-    Option("driver", str, default=POSTGRES_DRIVER, help=f"{POSTGRES_DRIVER} (the only one)"),
-    Option("database", str, default="", help="must be the url's database"),
-)
-#: SeaTunnel's options of both sides that change nothing here.
-COMMON_IGNORED = {
-    "connection_check_timeout_sec": "connections time out after 5 s",
-    "properties": "the url's parameters are the connection's (sslmode)",
-    "compatible_mode": "PostgreSQL only",
-    "dialect": "PostgreSQL only",
-}
 
 
 @register
@@ -148,221 +67,89 @@ class JdbcSource(SourcePlugin):
         Option("split.num", int, default=4, min=1),
         Option("partition_lower_bound", int, help="the lowest value of the ranges' stride"),
         Option("partition_upper_bound", int, help="the highest value of the ranges' stride"),
+        *SPLIT_OPTIONS,
+        Option(
+            "table_list",
+            list,
+            default=None,
+            help="[{ table_path, query, partition_column, ... }]: a pipeline each",
+        ),
+        Option("use_regex", bool, default=False, help="table_path as a pattern (not supported)"),
     )
-    aliases = {"partition_num": "split.num"}
-    ignored_options = (
-        COMMON_IGNORED
-        | {
-            key: "splits are integer ranges of partition_column"
-            for key in (
-                "split.size",
-                "split.even-distribution.factor.upper-bound",
-                "split.even-distribution.factor.lower-bound",
-                "split.sample-sharding.threshold",
-                "split.inverse-sampling-rate",
-                "use_select_count",
-                "skip_analyze",
-            )
-        }
-        | {
-            "decimal_type_narrowing": "numeric columns are read as decimals",
-            "int_type_narrowing": "integer columns keep their type",
-            "handle_blob_as_string": "bytea is read as bytes",
-            "fetch_size": "each split is read with one binary COPY, in batches of "
-            "engine.dataplane.batch-rows rows",
-        }
-    )
+    aliases = {"partition_num": "split.num"} | COMMON_ALIASES
+    ignored_options = COMMON_IGNORED | SOURCE_IGNORED
+    tables_option = "table_list"
+
+    @classmethod
+    def table_entry_problem(cls, entry):
+        if not isinstance(entry, dict) or not (entry.get("table_path") or entry.get("query")):
+            return "needs table_path or query"
+        return None
+
+    @classmethod
+    def placeholder_names(cls, config):
+        """``database.schema.table``: its table (the url's database when the path names
+        none); a query without a table names none."""
+        if not config.get("table"):
+            return {}
+        return dialect_for(config).placeholder_names(config)
+
+    @classmethod
+    def notes(cls, config):
+        return dialect_for(config).notes(config)
+
+    @classmethod
+    def _check_table_list(cls, config) -> list[tuple[str, str]]:
+        """A ``table_list`` block: no table or query of its own, every table once."""
+        tables = config["table_list"]
+        if config["query"] or config["table_path"] or config["table"]:
+            return [("table_list", "give either table_list or table_path/query, not both")]
+        if not tables:
+            return [("table_list", "must name at least one table")]
+        paths = [e.get("table_path") for e in tables if isinstance(e, dict) and e.get("table_path")]
+        if len(set(paths)) < len(paths):
+            return [("table_list", "names a table_path twice")]
+        return check_connection(config, table_required=False)
 
     @classmethod
     def check(cls, config):
+        if config["use_regex"]:
+            return [("use_regex", "table patterns are not supported: name each in table_list")]
+        if config["table_list"] is not None:
+            return cls._check_table_list(config)
         has_table = bool(config["table"] or config["table_path"])
-        errors = _table_or_query(config, has_table, SELECT_STATEMENT, "SELECT (or WITH ... SELECT)")
+        errors = table_or_query(
+            config, has_table, SELECT_STATEMENT, "SELECT (or WITH ... SELECT)", both=True
+        )
         if errors:
             return errors
-        if config["query"] and config["where_condition"]:
-            return [("where_condition", "filters a table: put the condition in the query")]
-        errors = _check_connection(config, table_required=False)
+        config["where_condition"] = where_clause(config["where_condition"])
+        errors = check_connection(config, table_required=False)
         if errors:
             return errors
-        try:
-            with connect_read_only(config) as conn:
-                types = dict(cls._columns(conn, config))
-                keys = primary_key(conn, config["table"]) if config["table"] else []
-        except psycopg.Error as exc:
-            reason = (str(exc).strip().splitlines() or ["error"])[0]
-            return [("query" if config["query"] else "where_condition", reason)]
-        column = config["partition_column"] or next(iter(keys), "")
-        if column and types.get(column) not in INTEGER_TYPE_NAMES + INTEGER_TYPES:
-            return [("partition_column", f"{column!r} must be an integer column of the rows")]
-        if not column and config["table"]:
-            return [("partition_column", "the table has no primary key: name a column")]
-        unknown = [c for c, t in types.items() if t not in PG_TYPES and t not in PG_TYPE_NAMES]
-        if unknown:
-            return [
-                (
-                    "query" if config["query"] else "table",
-                    f"unsupported type of: {', '.join(unknown)}",
-                )
-            ]
+        errors = split_option_errors(config)
+        if errors:
+            return errors
+        errors = dialect_for(config).source_errors(config)
+        if errors:
+            return errors
         low, high = config["partition_lower_bound"], config["partition_upper_bound"]
         if low is not None and high is not None and low > high:
             return [("partition_lower_bound", "must not be above partition_upper_bound")]
         return []
 
-    @staticmethod
-    def _columns(conn, config: dict) -> list[tuple[str, str]]:
-        if config["query"] or config.get("where_condition"):
-            return query_columns(conn, rows_of(config))
-        return table_columns(conn, config["table"])
-
-    def _column(self, conn) -> str:
-        if self.config["partition_column"]:
-            return self.config["partition_column"]
-        keys = primary_key(conn, self.config["table"]) if self.config["table"] else []
-        return keys[0] if keys else ""
-
-    @classmethod
-    def _typed(cls, conn, config: dict) -> list[tuple[str, str, str]]:
-        """(name, PostgreSQL type, Keel kind) of each column read. A ``numeric`` is an exact
-        ``decimal(p, s)``: its own precision and scale, or SeaTunnel's ``decimal(38, 18)``
-        for a numeric without them (or wider than 38 digits)."""
-        columns = cls._columns(conn, config)
-        shapes = {}
-        if any(t == "numeric" for _, t in columns):
-            with conn.cursor() as cur:
-                cur.execute(
-                    sql.SQL("SELECT * FROM {rows} LIMIT %s").format(rows=rows_of(config)), (0,)
-                )
-                shapes = {d.name: (d.precision, d.scale) for d in cur.description}
-            conn.rollback()
-        out = []
-        for name, pg_type in columns:
-            kind = PG_TYPES.get(pg_type) or PG_TYPE_NAMES[pg_type]
-            if pg_type == "numeric":
-                precision, scale = shapes.get(name) or (None, None)
-                if not precision or precision > 38:
-                    precision, scale = 38, 18
-                kind = f"decimal({precision}, {scale or 0})"
-            out.append((name, pg_type, kind))
-        return out
-
     def output_schema(self) -> Schema:
-        with connect_read_only(self.config) as conn:
-            typed = self._typed(conn, self.config)
-        return Schema(tuple((name, kind) for name, _, kind in typed))
+        return dialect_for(self.config).output_schema(self.config)
 
     def create_splits(self, mode: str) -> list[dict]:
-        """Contiguous ranges of the partition column, plus one split for its NULLs; a query
-        without a partition column is one split."""
-        with connect_read_only(self.config) as conn:
-            column = self._column(conn)
-            if not column:
-                return [
-                    {"splitId": "all", "column": None, "low": None, "high": None, "total": False}
-                ]
-            keys = primary_key(conn, self.config["table"]) if self.config["table"] else []
-            order = [column, *[k for k in keys if k != column]]
-            low, high, nulls = conn.execute(
-                sql.SQL(
-                    "SELECT min({c}), max({c}), count(*) FILTER (WHERE {c} IS NULL) FROM {t}"
-                    " WHERE %s"
-                ).format(c=sql.Identifier(column), t=rows_of(self.config)),
-                (True,),  # a parameter: the extended protocol, one statement only
-            ).fetchone()
-        base = {"column": column, "order": order, "total": bool(keys)}
-        splits = []
-        if low is not None:
-            first, last = low, high
-            if self.config.get("partition_lower_bound") is not None:
-                first = self.config["partition_lower_bound"]
-            if self.config.get("partition_upper_bound") is not None:
-                last = max(self.config["partition_upper_bound"], first)
-            count = self.config["split.num"]
-            step = max((last - first + 1) // count, 1)
-            start = first
-            while start <= last:
-                end = last + 1 if len(splits) == count - 1 else min(start + step, last + 1)
-                splits.append(
-                    {**base, "splitId": f"range-{start}-{end}", "low": start, "high": end}
-                )
-                start = end
-            # The bounds set the stride only: the first and last ranges are open-ended.
-            splits[0]["open_low"], splits[-1]["open_high"] = True, True
-        if nulls:
-            splits.append({**base, "splitId": "nulls", "low": None, "high": None})
-        return splits
+        """Contiguous ranges of the partition column (engine.connectors.jdbc_splits), plus one
+        split for its NULLs; a query without a partition column is one split."""
+        return dialect_for(self.config).create_splits(self.config)
 
     def read(self, split: dict, offset: int, mode: str, batch_size: int):
         """Rows of the split in a total order (partition column, then the primary key; a query
-        without either: every column), so a resume from ``offset`` rows is exact. Read with
-        ADBC (binary COPY of the query) straight into Arrow batches."""
-        column = sql.Identifier(split["column"]) if split["column"] else None
-        if column is None:
-            where = sql.SQL("true")
-        elif split["low"] is None:
-            where = sql.SQL("{c} IS NULL").format(c=column)
-        else:
-            # Bounds are integers the engine made, written as literals: ADBC reads a query
-            # with COPY, which takes no parameters (and one statement only).
-            bounds = []
-            if not split.get("open_low"):
-                bounds.append(
-                    sql.SQL("{c} >= {v}").format(c=column, v=sql.Literal(int(split["low"])))
-                )
-            if not split.get("open_high"):
-                bounds.append(
-                    sql.SQL("{c} < {v}").format(c=column, v=sql.Literal(int(split["high"])))
-                )
-            bounds.append(sql.SQL("{c} IS NOT NULL").format(c=column))
-            where = sql.SQL(" AND ").join(bounds)
-        order = [
-            sql.SQL("keel_query.{c}").format(c=sql.Identifier(c)) for c in split.get("order") or []
-        ]
-        if not split.get("total", True):  # no primary key in the order: the row breaks ties
-            order.append(sql.SQL("keel_query::text"))
-        with connect_read_only(self.config) as conn:
-            typed = self._typed(conn, self.config)
-            query = (
-                sql.SQL("SELECT {cols} FROM {t} WHERE {w} ORDER BY {o} OFFSET {n}")
-                .format(
-                    cols=select_list(typed),
-                    t=rows_of(self.config, parameters=False),
-                    w=where,
-                    o=sql.SQL(", ").join(order),
-                    n=sql.Literal(int(offset)),
-                )
-                .as_string(conn)
-            )
-        target = arrow_schema(Schema(tuple((name, kind) for name, _, kind in typed)))
-        _, max_bytes = limits()
-        with pg_arrow.connect(self.config, "keel-jdbc", READ_ONLY) as adbc, adbc.cursor() as cur:
-            cur.adbc_statement.set_options(
-                **{"adbc.postgresql.batch_size_hint_bytes": str(max_bytes)}
-            )
-            cur.execute(query)
-            for batch in cur.fetch_record_batch():
-                for part in bounded(batch, batch_size, max_bytes):
-                    offset += part.num_rows
-                    yield part.cast(target), offset
-
-
-#: A source session's transactions are read-only, whatever its query says; dates are read
-#: as ISO text, whatever the server's DateStyle.
-READ_ONLY = "-c default_transaction_read_only=on -c DateStyle=ISO -c TimeZone=UTC"
-
-
-def rows_of(config: dict, parameters: bool = True) -> sql.Composable:
-    """What a Jdbc source reads, as ``... AS keel_query``: its query, its table's rows that
-    match ``where_condition``, or its table. ``parameters``: the statement it goes into also
-    takes parameters (then a ``%`` of the job's SQL is written ``%%``)."""
-    text = user_sql if parameters else (lambda t: sql.SQL(t.strip().rstrip(";")))
-    if config.get("query"):
-        return sql.SQL("({q}) AS keel_query").format(q=text(config["query"]))
-    if config.get("where_condition"):
-        return sql.SQL("(SELECT * FROM {t} WHERE {w}) AS keel_query").format(
-            t=table_ident(config["table"]), w=text(config["where_condition"])
-        )
-    return sql.SQL("{t} AS keel_query").format(t=table_ident(config["table"]))
+        without either: every column), so a resume from ``offset`` rows is exact."""
+        yield from dialect_for(self.config).read(self.config, split, offset, batch_size)
 
 
 @register
@@ -389,44 +176,43 @@ class JdbcSink(SinkPlugin):
             "is_exactly_once",
             bool,
             default=False,
-            help="checkpointed: two-phase commit with PostgreSQL's prepared transactions "
-            "(each row written once; the server's max_prepared_transactions must allow one per "
-            "reader and checkpoint in flight); else rows go through a staging table, exactly "
-            "once too",
+            help="checkpointed: on PostgreSQL, two-phase commit with prepared transactions "
+            "(the server's max_prepared_transactions must allow one per reader and checkpoint "
+            "in flight), else a staging table; on MySQL the staging table with a fence row "
+            "(not XA); each row written once either way",
         ),
+        *SAVE_MODE_OPTIONS,
     )
-    ignored_options = COMMON_IGNORED | {
-        "batch_size": "each batch a reader hands the sink is written with one COPY",
-        "max_retries": "a failed write is retried by recovery from the last checkpoint",
-        "support_upsert_by_query_primary_key_exist": "upserts on primary_keys use "
-        "INSERT ... ON CONFLICT, which is what it asks for",
-        "xa_data_source_class_name": "is_exactly_once prepares PostgreSQL transactions itself",
-        "max_commit_attempts": "a commit that fails is retried from the checkpoint",
-        "transaction_timeout_sec": "sink sessions end idle transactions after 10 s",
-        "auto_commit": "each batch is one transaction",
-        "use_copy_statement": "batches are always written with COPY",
-        "schema_save_mode": "the table must exist",
-        "data_save_mode": "rows are added to the table",
-        "custom_sql": "use query",
-    }
+    aliases = COMMON_ALIASES
+    ignored_options = COMMON_IGNORED | SINK_IGNORED
+
+    @classmethod
+    def notes(cls, config):
+        return dialect_for(config).notes(config)
 
     @classmethod
     def check(cls, config):
-        errors = _table_or_query(
+        errors = table_or_query(
             config, bool(config["table"]), QUERY_STATEMENT, "INSERT, UPDATE, DELETE or MERGE"
         )
         if errors:
             return errors
         if config["query"] and config["primary_keys"]:
             return [("primary_keys", "a custom query does its own upserts: drop primary_keys")]
-        errors = _check_connection(config, table_required=False)
-        if errors or config["query"]:
+        errors = check_connection(config, table_required=False, missing_ok=True)
+        if errors:
             return errors
         keys = config["primary_keys"]
         if keys is not None and (not keys or not all(isinstance(k, str) for k in keys)):
             return [("primary_keys", "must be a non-empty list of column names")]
-        with connect(config) as conn:
-            columns = {c for c, _ in table_columns(conn, config["table"])}
+        dialect = dialect_for(config)
+        errors = dialect.sink_errors(config)
+        if errors:
+            return errors
+        columns = dialect.table_columns(config) if config["table"] else set()
+        errors = save_mode_errors(config, bool(columns))
+        if errors or config["query"] or creates_table(config, bool(columns)):
+            return errors  # a created table's keys are checked against the incoming fields
         missing = [k for k in keys or [] if k not in columns]
         if missing:
             return [("primary_keys", f"not columns of {config['table']}: {', '.join(missing)}")]
@@ -438,25 +224,28 @@ class JdbcSink(SinkPlugin):
             if wanted != len(schema.names):
                 return [("query", f"has {wanted} ? for {len(schema.names)} incoming fields")]
             return []
-        with connect(self.config) as conn:
-            columns = {c for c, _ in table_columns(conn, self.config["table"])}
+        columns = dialect_for(self.config).table_columns(self.config)
         names = target_columns(self.config, schema)
+        if creates_table(self.config, bool(columns)):  # made from the incoming fields
+            columns, option, where = set(names), "primary_keys", "the incoming fields"
+        else:
+            option, where = "table", self.config["table"]
         missing = [n for n in names if n not in columns]
+        missing += [k for k in self.config.get("primary_keys") or [] if k not in columns]
         if missing:
-            return [
-                (
-                    "table",
-                    f"{self.config['table']} has no column(s) {', '.join(missing)} "
-                    "for the incoming fields",
-                )
-            ]
+            return [(option, f"{where} has no column(s) {', '.join(missing)}")]
         return []
 
+    #: The schema it receives, given by engine.member.savemodes before its save modes run.
+    input_schema: Schema | None = None
+
+    def save_modes_due(self) -> bool:
+        """Whether its save modes may change or check the target before the job's first row."""
+        return save_modes_due(self.config)
+
+    def apply_save_modes(self) -> list[str]:
+        """Once per job, before its first row (engine.member.savemodes): what was done."""
+        return dialect_for(self.config).apply_save_modes(self.config, self.input_schema)
+
     def writer(self, schema: Schema, context: dict) -> SinkWriter:
-        if context.get("checkpointing"):
-            if self.config.get("is_exactly_once"):
-                writer = open_prepared_writer(self.config, schema, context)
-                if writer is not None:
-                    return writer
-            return ExactlyOnceJdbcWriter(self.config, schema, context)
-        return JdbcWriter(self.config, schema, context)
+        return dialect_for(self.config).writer(self.config, schema, context)

@@ -20,6 +20,7 @@ import logging
 from psycopg import sql
 
 from engine.connectors.base import SinkWriter
+from engine.connectors.jdbc_dialect import family
 from engine.connectors.jdbc_ingest import (
     ArrowStage,
     bulk_capable,
@@ -200,7 +201,11 @@ class PreparedJdbcWriter(SinkWriter):
 def settle_job(config: dict, job_uuid: str, completed: dict[int, int]) -> tuple[int, int]:
     """What an ended job left prepared in one sink's database: committed up to its pipeline's
     newest completed checkpoint (``completed``: {pipeline index: checkpoint id}), the rest
-    rolled back. Every writer key of the job starts with its uuid and pipeline index."""
+    rolled back. Every writer key of the job starts with its uuid and pipeline index. A
+    database without prepared transactions (MySQL: its stage keeps what a stale attempt
+    wrote, never moved) has none to settle."""
+    if family(config) != "postgresql":
+        return 0, 0
     with connect(
         config, "keel-cleanup", autocommit=True, options="-c statement_timeout=30000"
     ) as conn:

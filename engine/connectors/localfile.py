@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from engine.connectors.arrowrows import arrow_schema, arrow_type
 from engine.connectors.base import Option, SourcePlugin
 from engine.connectors.boundaries import Refused, resolve_file_path
+from engine.connectors.fake import FakeSource
 from engine.connectors.fileformats import (
     ARROW_FAILURES,
     BINARY_SCHEMA,
@@ -30,11 +31,14 @@ from engine.connectors.fileformats import (
     records,
     text_delimiter,
 )
+from engine.connectors.localfile_options import SOURCE_IGNORED
 from engine.connectors.registry import register
 from engine.connectors.schema import Schema, convert, kind_args, parse_schema, row_fields
 from engine.sourceruntime.capability import ManagedSourceCapability
 
-FILE_FORMAT = Option("file_format_type", str, default="csv", choices=FORMATS)
+FILE_FORMAT = Option(
+    "file_format_type", str, default="csv", help=", ".join(FORMATS) + " (any case)"
+)
 FIELD_DELIMITER = Option(
     "field_delimiter", str, help="between fields (text and csv); default \\001 for text, , for csv"
 )
@@ -42,19 +46,8 @@ ROW_DELIMITER = Option("row_delimiter", str, default="\n", help="between rows (t
 COMPRESS = Option("compress_codec", str, default="none", help="per format: see the docs")
 ENCODING = Option("encoding", str, default="UTF-8", help="of text, csv and json files")
 SHEET = Option("sheet_name", str, help="the Excel sheet (default: the first; Sheet1 written)")
-TMP_DIR = ".keel-tmp"
 #: A null partition value's directory name (Hive's).
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
-#: SeaTunnel's options of both sides that Keel reads and writes one way only.
-ISO_DATES = "dates, times and timestamps are read and written in ISO 8601"
-COMMON_IGNORED = {
-    "date_format": ISO_DATES,
-    "datetime_format": ISO_DATES,
-    "time_format": ISO_DATES,
-    "xml_root_tag": "Keel has no xml format",
-    "xml_row_tag": "Keel has no xml format",
-    "xml_use_attr_format": "Keel has no xml format",
-}
 
 
 class LocalFile:
@@ -65,7 +58,11 @@ class LocalFile:
 
     @staticmethod
     def check_format(config: dict) -> list[tuple[str, str]]:
-        fmt = config["file_format_type"]
+        fmt = config["file_format_type"] = config["file_format_type"].strip().lower()
+        if fmt not in FORMATS:
+            hint = " (Keel has no xml format)" if fmt == "xml" else ""
+            hint = " (a variable not given with the submission)" if "${" in fmt else hint
+            return [("file_format_type", f"must be one of {', '.join(FORMATS)}{hint}")]
         errors = []
         if config["field_delimiter"] is None:
             config["field_delimiter"] = "\x01" if fmt == "text" else ","
@@ -96,9 +93,11 @@ def within_roots(config: dict) -> Path:
 @register
 class LocalFileSource(LocalFile, SourcePlugin):
     options = (
-        Option("path", str, required=True, help="a file, or a directory of files"),
+        Option("path", str, help="a file, or a directory of files (required)"),
         FILE_FORMAT,
         Option("schema", dict, help="schema { fields { name = type } } (Parquet, ORC: optional)"),
+        Option("tables_configs", list, help="[{ path, schema { table } ... }]: a pipeline each"),
+        Option("read_partitions", list, help="read only files whose path holds one of these"),
         Option("read_columns", list, help="the fields to read, in this order (default: all)"),
         FIELD_DELIMITER,
         ROW_DELIMITER,
@@ -135,17 +134,34 @@ class LocalFileSource(LocalFile, SourcePlugin):
         "skip_header_row_number": "skip_header_rows",
         "delimiter": "field_delimiter",
     }
-    ignored_options = COMMON_IGNORED | {
-        "archive_compress_codec": "archives are not opened; point path at the files",
-    }
+    ignored_options = SOURCE_IGNORED
+
+    tables_option = "tables_configs"
+
+    @classmethod
+    def table_entry_problem(cls, entry):
+        schema = entry.get("schema") if isinstance(entry, dict) else None
+        if not isinstance(schema, dict) or not schema.get("table"):
+            return "needs schema { table = name } (and its fields, but for Parquet and ORC)"
+        return None
+
+    @classmethod
+    def placeholder_names(cls, config):
+        """Its ``schema.table`` names the table, as a FakeSource's does."""
+        return FakeSource.placeholder_names(config)
 
     @classmethod
     def check(cls, config):
+        if config.get("tables_configs"):
+            return []  # each entry is checked as a source of its own (engine.jobs.multitable)
+        if config["path"] is None:
+            return [("path", "is required")]
         errors = cls.check_format(config)
-        fmt = config["file_format_type"]
-        if config["schema"] is not None:
-            errors += parse_schema(config["schema"])[1]
-        elif fmt not in ("parquet", "orc", "binary"):
+        fmt, schema = config["file_format_type"], config["schema"]
+        inferred = fmt in ("parquet", "orc") and not (schema or {}).get("fields")
+        if schema is not None and not inferred:
+            errors += parse_schema(schema)[1]
+        elif schema is None and fmt not in ("parquet", "orc", "binary"):
             errors.append(("schema", f"is required for {fmt} files"))
         try:
             path = within_roots(config)
@@ -165,10 +181,11 @@ class LocalFileSource(LocalFile, SourcePlugin):
             errors.append(("path", f"no such file or directory: {path}"))
         elif not found and not (config.get("file.discovery.interval") and config["schema"]):
             errors.append(("path", f"the directory {path} holds no files"))
-        elif not errors and config["schema"] is None and fmt in ("parquet", "orc"):
+        elif not errors and inferred:
             first = found[0]
             try:
-                config["schema"] = {"fields": dict(arrow_schema_of(first, fmt).fields)}
+                fields = dict(arrow_schema_of(first, fmt).fields)
+                config["schema"] = {**(schema or {}), "fields": fields}
             except Exception as exc:  # a file pyarrow cannot read: the user's input
                 errors.append(("path", f"{first} is not a {fmt} file: {exc}"))
         if not errors and config.get("read_columns") is not None:
@@ -344,16 +361,23 @@ def _skipping(batches: Iterator[pa.RecordBatch], count: int) -> Iterator[pa.Reco
 
 
 def _files(directory: Path, config: dict) -> list[Path]:
-    """The files under ``directory`` (partition directories included), hidden ones and Keel's
-    staging directory left out, matching ``file_filter_pattern`` if set, in name order."""
+    """The files under ``directory`` (partition directories included), in name order: as
+    SeaTunnel lists them, hidden ones (Keel's staging directory too), empty ones and Hadoop's
+    ``_SUCCESS`` markers left out, matching ``file_filter_pattern`` if set, and with
+    ``read_partitions`` only those whose path holds one of them."""
     pattern = (
         re.compile(config.get("file_filter_pattern")) if config.get("file_filter_pattern") else None
     )
+    partitions = [str(p) for p in config.get("read_partitions") or []]
     found = []
     for root, dirs, names in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in names:
-            if name.startswith(".") or (pattern and not pattern.search(name)):
+            if name.startswith(".") or name == "_SUCCESS" or (pattern and not pattern.search(name)):
+                continue
+            if partitions and not any(p in str(Path(root) / name) for p in partitions):
+                continue
+            if os.path.getsize(Path(root) / name) == 0:
                 continue
             # A link is followed only to a file inside the roots (Refused names it otherwise).
             found.append(

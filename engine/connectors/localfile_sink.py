@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.connectors import filesavemodes
 from engine.connectors.arrowrows import arrow_schema
 from engine.connectors.base import Option, SinkPlugin, SinkWriter
 from engine.connectors.boundaries import Refused, resolve_file_path
@@ -28,7 +29,6 @@ from engine.connectors.fileformats import (
     text_delimiter,
 )
 from engine.connectors.localfile import (
-    COMMON_IGNORED,
     COMPRESS,
     ENCODING,
     FIELD_DELIMITER,
@@ -36,11 +36,11 @@ from engine.connectors.localfile import (
     HIVE_NULL,
     ROW_DELIMITER,
     SHEET,
-    TMP_DIR,
     LocalFile,
     has_repeated_keys,
     within_roots,
 )
+from engine.connectors.localfile_options import SINK_IGNORED, TMP_DIR
 from engine.connectors.registry import register
 from engine.connectors.schema import Schema, kind_args, row_fields
 
@@ -441,21 +441,10 @@ class LocalFileSink(LocalFile, SinkPlugin):
         COMPRESS,
         ENCODING,
         SHEET,
+        *filesavemodes.OPTIONS,
     )
     aliases = LocalFile.aliases | {"enable_header_write": "header"}
-    ignored_options = COMMON_IGNORED | {
-        "is_enable_transaction": "each part is always published atomically, when its "
-        "checkpoint (or its reader) completes",
-        "tmp_path": f"parts are staged in {TMP_DIR} under the sink's path (one file system: "
-        "publishing is a rename)",
-        "batch_size": "a part holds what its reader wrote until its checkpoint",
-        "single_file_mode": "each reader writes its own parts (Keel never merges them)",
-        "create_empty_file_when_no_data": "an unpartitioned sink always publishes its part",
-        "max_rows_in_memory": "Excel parts are streamed to disk",
-        "csv_string_quote_mode": "csv quotes only where a value needs it",
-        "schema_save_mode": "the directory is created when missing",
-        "data_save_mode": "parts are added beside what the directory holds",
-    }
+    ignored_options = SINK_IGNORED
 
     @classmethod
     def check(cls, config):
@@ -477,7 +466,19 @@ class LocalFileSink(LocalFile, SinkPlugin):
         directories = (config.get("partition_dir_expression") or "").replace("\\", "/")
         if directories.startswith("/") or ".." in directories.split("/"):
             errors.append(("partition_dir_expression", "must stay inside path (no .., not /...)"))
-        return errors
+        return errors + filesavemodes.check(config)
+
+    @classmethod
+    def notes(cls, config):
+        return filesavemodes.warnings(config)
+
+    def save_modes_due(self) -> bool:
+        """Whether its save modes change or check the directory before the job's first row."""
+        return filesavemodes.due(self.config)
+
+    def apply_save_modes(self) -> list[str]:
+        """Once per job, before its first row (engine.member.savemodes): what was done."""
+        return filesavemodes.apply(self.config, self.path)
 
     def input_errors(self, schema: Schema) -> list[tuple[str, str]]:
         """Checked when the job is planned, against the schema the sink receives."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import psycopg
 from psycopg import sql
 
 from engine.connectors.boundaries import Refused, check_database
+from engine.connectors.jdbc_url import parse_jdbc_url
+from engine.connectors.pg_url import pg_target, session_params
 
 PG_TYPES = {
     "smallint": "int",
@@ -54,8 +57,9 @@ INTEGER_TYPE_NAMES = ("int2", "int4", "int8")
 
 def credentials(config: dict) -> tuple[str, str, str, bool]:
     """(url, user, password, named): from the named connection if the config gives one, else
-    from the config, which must then carry both user and password (the process's PGUSER,
-    PGPASSWORD and password file are never used for a job)."""
+    from the config (the URL's own ``user`` and ``password`` parameters stand in for missing
+    options), which must then carry both user and password (the process's PGUSER, PGPASSWORD
+    and password file are never used for a job)."""
     name = config.get("connection")
     if name:
         from engine.models import Connection
@@ -69,25 +73,61 @@ def credentials(config: dict) -> tuple[str, str, str, bool]:
         password = config.get("password") or ""
         if not url:
             raise Refused("give a url (with user and password), or a named connection")
+    given = pg_target(url, config.get("properties"))
+    for option, value, in_url in (
+        ("user", user, given.user),
+        ("password", password, given.password),
+    ):
+        if value and in_url and value != in_url:
+            raise Refused(f"the URL's {option} is not the {option} option's: give one")
+    user, password = user or given.user, password or given.password
     if not user or not password:
         raise Refused("user and password are required (or a named connection)")
     return url, user, password, named
 
 
-def connect(config: dict, application_name: str = "keel-jdbc", **kwargs) -> psycopg.Connection:
-    """A session on the job's database, after the boundaries allow it (Refused otherwise)."""
+def target_params(config: dict) -> tuple[dict[str, str], str, str]:
+    """(libpq parameters, user, password) of the job's database, after the boundaries allow
+    it (Refused otherwise). A URL without a database means the ``database`` option's, else
+    the user's (as in pgJDBC)."""
     url, user, password, named = credentials(config)
-    params = check_database(url, named)
+    database = config.get("database") or user
+    params = check_database(url, named, config.get("properties"), database)
+    timeout_ms = config.get("connect_timeout_ms")
+    if timeout_ms and "connect_timeout" not in params:  # libpq waits 2 s at least
+        params["connect_timeout"] = str(max(2, math.ceil(timeout_ms / 1000)))
+    return params, user, password
+
+
+def url_notes(config: dict) -> list[tuple[str, str]]:
+    """A warning per URL parameter (or ``properties`` entry) that has no effect here."""
+    if config.get("connection") or not config.get("url"):
+        return []
+    properties = config.get("properties") or {}
+    try:
+        target = pg_target(config["url"], properties)
+    except ValueError:  # the checks say what is wrong with it
+        return []
+    in_url = {k for k, _ in parse_jdbc_url(config["url"]).params}
+    return [
+        ("url" if key in in_url or key not in properties else f"properties.{key}", f"{key}: {why}")
+        for key, why in target.warnings
+    ]
+
+
+def connect(config: dict, application_name: str = "keel-jdbc", **kwargs) -> psycopg.Connection:
+    """A session on the job's database, after the boundaries allow it (Refused otherwise);
+    ``options`` (Keel's ``-c ...``) come after the URL's, so Keel's win."""
+    params, user, password = target_params(config)
     return psycopg.connect(
         host=params["host"],
         port=params.get("port") or None,
         dbname=params["dbname"],
-        sslmode=params.get("sslmode") or None,
         user=user,
         password=password,
         passfile=os.devnull,
-        connect_timeout=5,
         application_name=application_name[:63],
+        **session_params(params, kwargs.pop("options", "")),
         **kwargs,
     )
 
@@ -101,9 +141,7 @@ def split_table(name: str) -> tuple[str, str]:
 
 def database_name(config: dict) -> str:
     """The database the job's url (or named connection) names."""
-    from engine.connectors.boundaries import parse_url
-
-    return parse_url(credentials(config)[0])["dbname"]
+    return target_params(config)[0]["dbname"]
 
 
 def user_sql(text: str) -> sql.SQL:

@@ -11,8 +11,8 @@ import pyarrow as pa
 from psycopg import sql
 
 from engine.connectors.arrowrows import arrow_type
-from engine.connectors.boundaries import check_database
-from engine.connectors.pg import credentials
+from engine.connectors.pg import target_params
+from engine.connectors.pg_url import session_params
 from engine.connectors.schema import kind_args
 
 #: How a source column of each PostgreSQL type is selected so ADBC answers in the Arrow type
@@ -51,24 +51,21 @@ _INGEST_KINDS = {
 
 def uri(config: dict, application_name: str, options: str = "") -> str:
     """A libpq URI for the job's database, after the boundaries allow it (Refused otherwise):
-    its credentials in it, no password file, a connect timeout, and ``options`` (``-c ...``)."""
-    url, user, password, named = credentials(config)
-    params = check_database(url, named)
-    host = params["host"]
-    if ":" in host:
-        host = f"[{host}]"
-    port = f":{params['port']}" if params.get("port") else ""
+    its credentials in it, no password file, the URL's session parameters (a connect timeout),
+    and ``options`` (``-c ...``) after the URL's own."""
+    params, user, password = target_params(config)
+    ports = str(params.get("port") or "").split(",")
+    hosts = []
+    for i, host in enumerate(params["host"].split(",")):
+        port = ports[i] if i < len(ports) else ""
+        hosts.append((f"[{host}]" if ":" in host else host) + (f":{port}" if port else ""))
     query = {
-        "connect_timeout": "5",
         "application_name": application_name[:63],
         "passfile": os.devnull,
+        **session_params(params, options),
     }
-    if params.get("sslmode"):
-        query["sslmode"] = params["sslmode"]
-    if options:
-        query["options"] = options
     auth = f"{quote(user, safe='')}:{quote(password, safe='')}"
-    return f"postgresql://{auth}@{host}{port}/{quote(params['dbname'], safe='')}?" + urlencode(
+    return f"postgresql://{auth}@{','.join(hosts)}/{quote(params['dbname'], safe='')}?" + urlencode(
         query, quote_via=quote
     )
 

@@ -54,7 +54,11 @@ class Sql(TransformPlugin):
     def table_names(self) -> list[str]:
         names = ["dual"]
         stream = self.config.get("plugin_input")  # the one stream it reads, once wired
-        if isinstance(stream, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", stream) and stream != "dual":
+        if (
+            isinstance(stream, str)
+            and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", stream)
+            and stream != "dual"
+        ):
             names.append(stream)
         return names
 

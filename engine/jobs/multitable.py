@@ -1,4 +1,5 @@
-"""Multi-table sources: a FakeSource with ``tables_configs`` becomes one pipeline per table.
+"""Multi-table sources: a FakeSource with ``tables_configs``, a Jdbc source with ``table_list``,
+becomes one pipeline per table.
 
 SeaTunnel's multi-table source sends the rows of several tables down one pipeline and its sinks
 route them by table. Keel's pipelines carry one schema each, so the plan has a pipeline per
@@ -28,19 +29,6 @@ def mentions_table(options: Any) -> bool:
     return isinstance(options, str) and any(p in options for p in PLACEHOLDERS)
 
 
-def table_names(full_name: str) -> dict[str, str]:
-    """``db.schema.table``, ``db.table`` or ``table`` as the placeholders' values."""
-    parts = full_name.split(".")
-    database = parts[0] if len(parts) > 1 else ""
-    schema = parts[1] if len(parts) == 3 else ""
-    return {
-        "${database_name}": database,
-        "${schema_name}": schema,
-        "${table_name}": parts[-1],
-        "${table_full_name}": full_name,
-    }
-
-
 def substitute(value: Any, names: dict[str, str]) -> Any:
     if isinstance(value, dict):
         return {k: substitute(v, names) for k, v in value.items()}
@@ -52,44 +40,44 @@ def substitute(value: Any, names: dict[str, str]) -> Any:
     return value
 
 
-def _source_table(config: dict) -> str:
-    schema = config.get("schema")
-    table = schema.get("table") if isinstance(schema, dict) else None
-    return str(table) if table else ""
-
-
 def per_table(source, transforms: list, sinks: list, plugins: dict, errors: list[dict]) -> list:
-    """[(source, transforms, sinks)]: one per table of a multi-table source, else the pipeline
-    as it is (its deferred checks run here, with the source's table if it names one)."""
-    tables = source.config.get("tables_configs")
+    """[(source, transforms, sinks)]: one per table of a multi-table source (the entries of
+    its plugin's ``tables_option``), else the pipeline as it is (its deferred checks run here,
+    with the source's table if it names one)."""
+    plugin = get_plugin("source", source.plugin)
+    option = plugin.tables_option
+    tables = source.config.get(option) if option else None
     if not tables:
-        names = table_names(_source_table(source.config)) if _source_table(source.config) else {}
+        names = plugin.placeholder_names(source.config)
         downstream = [_for_table(n, names, "", plugins, errors) for n in transforms + sinks]
         return [(source, downstream[: len(transforms)], downstream[len(transforms) :])]
     out = []
     for index, entry in enumerate(tables):
-        table_source = _table_source(source, index, entry, plugins, errors)
+        table_source = _table_source(source, plugin, index, entry, plugins, errors)
         if table_source is None:
             continue
-        names = table_names(_source_table(table_source.config))
-        suffix = f"@{names['${table_full_name}']}"
+        names = plugin.placeholder_names(table_source.config)
+        suffix = f"@{names.get('${table_full_name}') or index}"
         downstream = [_for_table(n, names, suffix, plugins, errors) for n in transforms + sinks]
         out.append((table_source, downstream[: len(transforms)], downstream[len(transforms) :]))
     return out
 
 
-def _table_source(source, index: int, entry: Any, plugins: dict, errors: list[dict]):
-    """The source of one entry of ``tables_configs``: the entry's options over the block's."""
-    path = f"{source.path}.tables_configs[{index}]"
-    schema = entry.get("schema") if isinstance(entry, dict) else None
-    if not isinstance(schema, dict) or not schema.get("table") or not schema.get("fields"):
-        errors.append({"path": path, "message": "needs schema { table = name, fields { ... } }"})
+def _table_source(source, plugin, index: int, entry: Any, plugins: dict, errors: list[dict]):
+    """The source of one entry of the plugin's ``tables_option``: the entry's options over
+    the block's (an entry that sets an option by another of its names sets it too)."""
+    option = plugin.tables_option
+    path = f"{source.path}.{option}[{index}]"
+    problem = plugin.table_entry_problem(entry)
+    if problem:
+        errors.append({"path": path, "message": problem})
         return None
-    plugin = get_plugin("source", source.plugin)
     options = dict(entry)
+    given = {plugin.aliases.get(name, name) for name in entry}
     for name, value in source.config.items():  # the block's options the entry does not set
-        if name != "tables_configs" and value is not None and lookup(entry, name, None) is None:
-            options[name] = value
+        if name != option and value is not None and name not in given:
+            if lookup(entry, name, None) is None:
+                options[name] = value
     block = PluginBlock("source", 0, source.plugin, options)
     config, block_errors, _ = validate_block(plugin, block)
     prefix = f"{block.path}."

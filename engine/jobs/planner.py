@@ -146,7 +146,13 @@ def plan_job(
         raise ConfigError(errors)
     for pipeline in pipelines:
         pipeline.parallelism = pipeline.source.config.get("parallelism") or env["parallelism"]
+        # The source's splits depend on its readers (FakeSource's row.num is per reader).
+        pipeline.source.config["parallelism"] = pipeline.parallelism
         source_plugin = get_plugin("source", pipeline.source.plugin)
+        for option, message in source_plugin.mode_problems(pipeline.source.config, env["job.mode"]):
+            error = {"path": f"{pipeline.source.path}.{option}", "message": message}
+            if error not in errors:  # a multi-table source's tables share its options
+                errors.append(error)
         pipeline.source_runtime = choose_lane(source_plugin, settings.ENGINE).to_json()
         if pipeline.source_runtime["lane"] == Lane.LEGACY:
             for option in getattr(source_plugin, "managed_only_options", ()):

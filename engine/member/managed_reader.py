@@ -20,6 +20,7 @@ from engine.connectors.batches import from_rows
 from engine.connectors.managed import reader_for
 from engine.connectors.schema import Schema
 from engine.jobs import checkpoints, lifecycle
+from engine.member import savemodes
 from engine.member.commits import for_reader
 from engine.member.dataplane import (
     METRICS_INTERVAL,
@@ -145,6 +146,9 @@ class ManagedReaderTask:
                 )
         except LaneMismatch as exc:
             raise PluginFailure(source_node["path"], exc) from exc
+        if not savemodes.before_first_row(thread, group):
+            thread.stop.set()  # no longer ours: nothing opened, nothing written
+            return Counters()
         commits, context = for_reader(thread, group, getattr(latest, "id", None))
         started, cpu_started = time.monotonic(), time.thread_time()
         source, chain = compile_chain(plan, context)

@@ -20,6 +20,7 @@ from django.db import close_old_connections, connections
 from engine.cluster.membership import MemberSession
 from engine.dbsession import ride_out
 from engine.jobs import checkpoints, lifecycle, splits
+from engine.member import savemodes
 from engine.member.commits import ReaderCommits, for_reader
 from engine.member.dataplane import Chain, Counters, PluginFailure, guarded, instantiate, run_reader
 from engine.member.mailbox import Barrier, Commit, Mailbox, Message
@@ -91,7 +92,10 @@ class TaskGroupThread(threading.Thread):
                 SourceRuntime.from_json(group.pipeline.plan.get("sourceRuntime")).lane
                 == Lane.MANAGED
             )
-            if managed and group.kind == TaskGroupKind.ENUMERATOR:
+            enumerator = group.kind == TaskGroupKind.ENUMERATOR
+            if enumerator and not savemodes.before_first_split(self, group):
+                self.stop.set()  # no longer ours: nothing assigned, nothing applied again
+            elif managed and enumerator:
                 self.managed = ManagedEnumeratorTask(
                     self, group, self.runtime.pool(), self.runtime.outbox
                 )
@@ -99,7 +103,7 @@ class TaskGroupThread(threading.Thread):
             elif managed:
                 self.managed = ManagedReaderTask(self, group, self.runtime.budget)
                 counters = self.managed.run()
-            elif group.kind == TaskGroupKind.ENUMERATOR:
+            elif enumerator:
                 self.run_enumerator(group)
             else:
                 counters = self.run_reader(group)

@@ -51,6 +51,10 @@ class Job(models.Model):
     #: when every alive member can use it (engine.jobs.submission); a job without one keeps
     #: the names of its id, which every member agrees on.
     uuid = models.UUIDField(null=True, blank=True, editable=False)
+    #: When its sinks' save modes (SeaTunnel's ``data_save_mode`` and ``schema_save_mode``)
+    #: were applied, once, before its first split was assigned (engine.member.savemodes); a
+    #: restore or a later pipeline finds it set and applies nothing again.
+    save_modes_applied_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]
