@@ -42,33 +42,21 @@ def _stream(cursor) -> int:
     return total
 
 
-def read_pymysql(server: PrivateMariaDB) -> int:
-    import pymysql
-
-    conn = pymysql.connect(
-        host="127.0.0.1",
-        port=server.port,
-        user=USER,
-        password=PASSWORD,
-        database="keel",
-        cursorclass=pymysql.cursors.SSCursor,
+def _open(driver: str, server: PrivateMariaDB, **extra):
+    """A connection through one driver: they share the DB-API's connect keywords."""
+    return importlib.import_module(driver).connect(
+        host="127.0.0.1", port=server.port, user=USER, password=PASSWORD, database="keel", **extra
     )
-    with conn:
+
+
+def read_pymysql(server: PrivateMariaDB) -> int:
+    cursors = importlib.import_module("pymysql.cursors")
+    with _open("pymysql", server, cursorclass=cursors.SSCursor) as conn:
         return _stream(conn.cursor())
 
 
 def read_mysqlclient(server: PrivateMariaDB) -> int:
-    import MySQLdb
-    import MySQLdb.cursors
-
-    conn = MySQLdb.connect(
-        host="127.0.0.1",
-        port=server.port,
-        user=USER,
-        password=PASSWORD,
-        database="keel",
-        cursorclass=MySQLdb.cursors.SSCursor,
-    )
+    conn = _open("MySQLdb", server, cursorclass=importlib.import_module("MySQLdb.cursors").SSCursor)
     try:
         return _stream(conn.cursor())
     finally:
@@ -76,11 +64,7 @@ def read_mysqlclient(server: PrivateMariaDB) -> int:
 
 
 def read_mariadb(server: PrivateMariaDB) -> int:
-    import mariadb
-
-    conn = mariadb.connect(
-        host="127.0.0.1", port=server.port, user=USER, password=PASSWORD, database="keel"
-    )
+    conn = _open("mariadb", server)
     try:
         return _stream(conn.cursor(buffered=False))
     finally:
@@ -111,14 +95,7 @@ def _csv(rows: list[tuple]) -> bytes:
 
 
 def write_pymysql_insert(server: PrivateMariaDB, rows: list[tuple]) -> None:
-    import pymysql
-
-    with (
-        pymysql.connect(
-            host="127.0.0.1", port=server.port, user=USER, password=PASSWORD, database="keel"
-        ) as conn,
-        conn.cursor() as cur,
-    ):
+    with _open("pymysql", server) as conn, conn.cursor() as cur:
         for start in range(0, ROWS, CHUNK):
             cur.executemany(
                 "INSERT INTO sink VALUES (%s, %s, %s, %s, %s, %s)", rows[start : start + CHUNK]
@@ -130,19 +107,7 @@ def write_pymysql_load(server: PrivateMariaDB, rows: list[tuple]) -> None:
     import os
     import tempfile
 
-    import pymysql
-
-    with (
-        pymysql.connect(
-            host="127.0.0.1",
-            port=server.port,
-            user=USER,
-            password=PASSWORD,
-            database="keel",
-            local_infile=True,
-        ) as conn,
-        conn.cursor() as cur,
-    ):
+    with _open("pymysql", server, local_infile=True) as conn, conn.cursor() as cur:
         for start in range(0, ROWS, CHUNK):
             with tempfile.NamedTemporaryFile(dir="/dev/shm", delete=False) as f:
                 f.write(_csv(rows[start : start + CHUNK]))
@@ -160,21 +125,11 @@ def _insert_all(conn, statement: str, rows: list[tuple]) -> None:
 
 
 def write_mysqlclient_insert(server: PrivateMariaDB, rows: list[tuple]) -> None:
-    import MySQLdb
-
-    conn = MySQLdb.connect(
-        host="127.0.0.1", port=server.port, user=USER, password=PASSWORD, database="keel"
-    )
-    _insert_all(conn, "INSERT INTO sink VALUES (%s, %s, %s, %s, %s, %s)", rows)
+    _insert_all(_open("MySQLdb", server), "INSERT INTO sink VALUES (%s, %s, %s, %s, %s, %s)", rows)
 
 
 def write_mariadb_bulk(server: PrivateMariaDB, rows: list[tuple]) -> None:
-    import mariadb
-
-    conn = mariadb.connect(
-        host="127.0.0.1", port=server.port, user=USER, password=PASSWORD, database="keel"
-    )
-    _insert_all(conn, "INSERT INTO sink VALUES (?, ?, ?, ?, ?, ?)", rows)
+    _insert_all(_open("mariadb", server), "INSERT INTO sink VALUES (?, ?, ?, ?, ?, ?)", rows)
 
 
 def _timed(fn, *args) -> float:

@@ -18,7 +18,22 @@ from devcluster.bootstrap import as_postgres_user, find_pg_program
 from tests.clusterkit import free_port, wait_for
 
 
-class PrivateRedis:
+class Freezable:
+    """A private server's process that a test can freeze: SIGSTOP keeps its connections open
+    while nothing answers (a hung server); SIGCONT thaws it."""
+
+    proc: subprocess.Popen | None
+
+    def freeze(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+
+class PrivateRedis(Freezable):
     """A redis-server of the test's own on a free port, without persistence: stopping it loses
     whatever was queued, as a crashed broker would."""
 
@@ -51,15 +66,6 @@ class PrivateRedis:
             self.proc.kill()
             self.proc.wait(10)
         self.proc = None
-
-    def freeze(self) -> None:
-        """SIGSTOP: connections stay open and nothing answers (a hung broker)."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)
 
     def __enter__(self) -> PrivateRedis:
         return self.start()

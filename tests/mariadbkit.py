@@ -9,7 +9,6 @@ import atexit
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -18,6 +17,7 @@ import pymysql
 import pytest
 
 from tests.clusterkit import free_port, wait_for
+from tests.faultkit import Freezable
 
 USER, PASSWORD = "keel", "keel"
 #: Server settings for tests: durability is traded for speed (a test never survives a crash of
@@ -48,7 +48,7 @@ def _program(name: str, *fallbacks: str) -> str:
     raise AssertionError(f"{name} is not installed (apt-get install mariadb-server)")
 
 
-class PrivateMariaDB:
+class PrivateMariaDB(Freezable):
     """``mariadb-install-db`` into a temporary directory, then ``mariadbd`` bound to 127.0.0.1
     on a free port. ``url`` is the JDBC URL of its database ``keel``."""
 
@@ -158,15 +158,6 @@ class PrivateMariaDB:
                 self.proc.kill()
                 self.proc.wait(10)
         self.proc = None
-
-    def freeze(self) -> None:
-        """SIGSTOP: sessions stay open and nothing answers (a hung server)."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)
 
     def __enter__(self) -> PrivateMariaDB:
         return self.start()
