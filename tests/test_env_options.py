@@ -154,6 +154,24 @@ def test_a_tagged_job_runs_and_restores_only_on_matching_members(engine):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_draining_the_only_matching_member_is_refused_for_want_of_room(engine):
+    from engine.jobs import drain
+
+    engine.add_member(slots=8)  # room, but not for a job that wants tagged workers
+    tagged = engine.add_member(slots=2, tags={"group": "platform"})
+    job = engine.submit(config=TAGGED)
+    engine.schedule()
+    engine.run_deployed()
+    assert engine.members_of(job) == {tagged.id}
+    operator = role_user("olga", "operator")
+    with pytest.raises(drain.DrainRefused, match="matching tag_filter {group: platform}"):
+        drain.request_drain(tagged.uuid, operator, "kernel upgrade")
+    engine.add_member(slots=2, tags={"group": "platform"})
+    _, created = drain.request_drain(tagged.uuid, operator, "kernel upgrade")
+    assert created
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_pending_job_whose_workers_are_gone_says_so(engine):
     engine.add_member(slots=8)
     tagged = engine.add_member(slots=2, tags={"group": "platform"})

@@ -34,6 +34,7 @@ from engine.cluster import slots as slot_transitions
 from engine.events import append_events
 from engine.fencing import fenced
 from engine.jobs import lifecycle
+from engine.jobs.envoptions import TAG_FILTER, describe_tags
 from engine.jobs.scheduler import Deployment
 from engine.models import EngineEvent, Job, Member, MemberDrain, Slot, TaskGroup
 from engine.states import (
@@ -100,15 +101,12 @@ def request_drain(
         under_way = MemberDrain.objects.filter(member=member, state=DrainState.DRAINING).first()
         if under_way is not None:
             return under_way, False
-        running = TaskGroup.objects.filter(member=member, status__in=EXECUTION_LIVE).count()
+        envs = TaskGroup.objects.filter(member=member, status__in=EXECUTION_LIVE).values_list(
+            "job__env", flat=True
+        )
+        running = len(envs)
         if running and not force:
-            room = _room_elsewhere(member)
-            if room is not None and room < running:
-                raise DrainRefused(
-                    f"member {member.name} runs {running} task group(s) and the other members "
-                    f"have {room} free slot(s): its jobs would wait for room; free slots first "
-                    "or drain with force"
-                )
+            _check_room(member, [(env or {}).get(TAG_FILTER) or None for env in envs])
         drain = MemberDrain.objects.create(
             member=member,
             requested_by=user if getattr(user, "pk", None) else None,
@@ -138,9 +136,28 @@ def request_drain(
     return drain, True
 
 
-def _room_elsewhere(member: Member) -> int | None:
-    """Free slots of the other members that take work (None: a dynamic member without limit)."""
-    others = slot_transitions.takers().exclude(id=member.id)
+def _check_room(member: Member, filters: list[dict | None]) -> None:
+    """Refuse the drain when the other members lack the free slots its task groups need: in
+    all, and for each ``tag_filter`` among them, on the members it allows."""
+    wanted: dict[str, tuple[dict | None, int]] = {"": (None, len(filters))}
+    for tags in filters:
+        if tags:
+            key = describe_tags(tags)
+            wanted[key] = (tags, wanted.get(key, (tags, 0))[1] + 1)
+    for key, (tags, count) in wanted.items():
+        room = _room_elsewhere(member, tags)
+        if room is not None and room < count:
+            where = f"the other members matching tag_filter {key}" if key else "the other members"
+            raise DrainRefused(
+                f"member {member.name} runs {count} task group(s) and {where} have {room} free "
+                "slot(s): its jobs would wait for room; free slots first or drain with force"
+            )
+
+
+def _room_elsewhere(member: Member, tags: dict | None = None) -> int | None:
+    """Free slots of the other members that take work (as ``tags`` asks; None: a dynamic
+    member without limit)."""
+    others = slot_transitions.takers(tags).exclude(id=member.id)
     dynamic = 0
     for member_id, mode, count in others.values_list("id", "slot_mode", "slot_count"):
         if mode == SlotMode.DYNAMIC:

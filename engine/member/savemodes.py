@@ -85,9 +85,11 @@ def before_first_split(thread: EnumeratorThread, group: TaskGroup) -> bool:
     def owned() -> bool:
         return lifecycle.owns(thread.task_group_id, thread.attempt, thread.member_id)
 
-    if not thread.db("checking its attempt", owned):
-        return False
     for sink in sinks:
+        # Before each effect: an attempt frozen since the last check and woken after a newer
+        # one applied them and wrote rows must not drop them.
+        if not thread.db("checking its attempt", owned):
+            return False
         try:
             done = sink.apply_save_modes()
         except Exception as exc:
