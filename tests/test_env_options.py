@@ -164,7 +164,7 @@ def test_draining_the_only_matching_member_is_refused_for_want_of_room(engine):
     engine.run_deployed()
     assert engine.members_of(job) == {tagged.id}
     operator = role_user("olga", "operator")
-    with pytest.raises(drain.DrainRefused, match="matching tag_filter {group: platform}"):
+    with pytest.raises(drain.DrainRefused, match=r"matching tag_filter \{group: platform\}"):
         drain.request_drain(tagged.uuid, operator, "kernel upgrade")
     engine.add_member(slots=2, tags={"group": "platform"})
     _, created = drain.request_drain(tagged.uuid, operator, "kernel upgrade")

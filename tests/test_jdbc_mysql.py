@@ -81,7 +81,7 @@ def test_a_mysql_job_plans_and_bad_options_are_named(mariadb):
     source = f"source {{ Jdbc {{ {mysql_options(mariadb)}, table = {table}"
     sink = "sink { Blackhole {} }"
     for extra, option, words in (
-        ("partition_column = name", "partition_column", "must be an integer column"),
+        ("partition_column = nope", "partition_column", "not a column of the rows"),
         ('table_path = "other.x"', "table_path", "the url's is 'keel'"),
         ('table_path = "a.b.c"', "table_path", "MySQL has no schemas"),
         ("database = nope", "database", "not the url's database"),

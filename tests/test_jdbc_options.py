@@ -116,7 +116,7 @@ def test_a_custom_sink_query_runs_for_every_row(db):
         ('query = "select * from nope"', "query", 'relation "nope" does not exist'),
         ("table_list = [{ table_path = src }], table = src", "table_list", "not both"),
         ('table_path = "elsewhere.public.src"', "database", "is not the url's database"),
-        ("table = src, partition_column = name", "partition_column", "integer column"),
+        ("table = src, partition_column = nope", "partition_column", "not a column of the rows"),
     ],
 )
 def test_bad_source_options_are_400s_that_name_them(db, source, path, message):

@@ -4,9 +4,10 @@ What every database shares lives here: the options, the checks of a block's conf
 a query, the split options, the save modes) and the plugin classes. The rest (connecting,
 columns and types, splits, reads, writers) is its dialect's (engine.connectors.dialects:
 engine.connectors.pg_dialect, engine.connectors.mysql.dialect), chosen by the block's URL.
-The source splits a table by ranges of an integer partition column (the primary key by
-default); the sink upserts on ``primary_keys`` (a replayed batch changes nothing), or writes
-exactly once through checkpoints.
+The source splits a table by ranges of a partition column (the primary key by default; an
+integer column by stride, another at its quantiles; without either, one split); the sink
+upserts on ``primary_keys`` (a replayed batch changes nothing), or writes exactly once
+through checkpoints.
 """
 
 from __future__ import annotations

@@ -151,9 +151,9 @@ INVERSE_SAMPLING_RATE = 1000
 SOURCE_IGNORED = {
     "use_select_count": "the split query counts rows itself",
     "skip_analyze": "Keel does not ANALYZE tables",
-    "split.string_split_mode": "partition columns are integers",
-    "split.string_split_mode_collate": "partition columns are integers",
-    "split.string-strategy": "partition columns are integers",
+    "split.string_split_mode": "a column that is not an integer is cut at its quantiles",
+    "split.string_split_mode_collate": "a column that is not an integer is cut at its quantiles",
+    "split.string-strategy": "a column that is not an integer is cut at its quantiles",
     "split.allow-sampling": "split.sample-sharding.threshold says when a key is sampled",
     "decimal_type_narrowing": "numeric columns are read as decimals",
     "int_type_narrowing": "integer columns keep their type",

@@ -33,7 +33,8 @@ SAVE_MODE_OPTIONS = (
     Option("custom_sql", str, default="", help="run before the first row (CUSTOM_PROCESSING)"),
 )
 #: A created table's column type, by the incoming field's kind: a custom query's staging types,
-#: but a timestamp without a zone, as it comes; nested values are JSON.
+#: but a timestamp without a zone, as it comes; an array of scalars is an array of their type
+#: (as SeaTunnel creates it), maps, rows and other arrays are JSON (jsonb).
 COLUMN_TYPES = STAGE_TYPES | {"string": "text", "timestamp": "timestamp", "null": "text"}
 
 
@@ -69,7 +70,10 @@ def creates_table(config: dict, exists: bool) -> bool:
 
 def save_modes_due(config: dict) -> bool:
     """Whether the save modes may change or check the target (every mode but IGNORE with
-    APPEND_DATA, and a custom query's APPEND_DATA, changes nothing)."""
+    APPEND_DATA, and a custom query's APPEND_DATA, changes nothing). A sink planned before
+    save modes existed has none."""
+    if "data_save_mode" not in config:
+        return False
     if config["data_save_mode"] != "APPEND_DATA":
         return True
     return bool(config.get("table")) and config["schema_save_mode"] != "IGNORE"
@@ -77,6 +81,8 @@ def save_modes_due(config: dict) -> bool:
 
 def column_type(kind: str) -> str:
     base, args = kind_args(kind)
+    if base == "array" and kind_args(args[0])[0] in COLUMN_TYPES and args[0] != "null":
+        return column_type(args[0]) + "[]"
     if base == "decimal":
         precision, scale = args
         return f"numeric({int(precision)}, {int(scale)})"

@@ -7,6 +7,11 @@ spread key (rows per value between the ``split.even-distribution.factor`` bounds
 stride; an uneven one at its quantiles, read from every row, or from a sample of one row in
 ``split.inverse-sampling.rate`` when more than ``split.sample-sharding.threshold`` ranges are
 due.
+
+A partition column of another type (text, a date, a numeric, ...) is cut at its quantiles:
+``split.num`` ranges of about as many rows each (``split.size`` rows each for a key without
+``partition_column``), bounded by values of the column read by the dialect (as literals of
+the column's type: ``values`` in the split), so each non-null value falls in one range.
 """
 
 from __future__ import annotations
@@ -37,6 +42,15 @@ def split_option_errors(config: dict) -> list[tuple[str, str]]:
                 "must not be above split.even-distribution.factor.upper-bound",
             )
         ]
+    return []
+
+
+def bound_errors(config: dict, column: str, integer: bool) -> list[tuple[str, str]]:
+    """``partition_lower_bound`` and ``partition_upper_bound`` set an integer column's
+    stride; a column of another type is cut at its quantiles."""
+    for bound in ("partition_lower_bound", "partition_upper_bound"):
+        if column and not integer and config.get(bound) is not None:
+            return [(bound, f"needs an integer partition_column ({column!r} is not)")]
     return []
 
 
@@ -110,5 +124,48 @@ def plan_splits(
         ]
         splits[0]["open_low"], splits[-1]["open_high"] = True, True
     if nulls and int(nulls):
+        splits.append({**base, "splitId": "nulls", "low": None, "high": None})
+    return splits
+
+
+#: A dialect's quantiles of a partition column of any type: (step, sampling probability or
+#: None) -> every ``step``-th value in order, each as the text the dialect's reads compare
+#: the column with (a literal of its type).
+ValueQuantiles = Callable[[int, float | None], list[str]]
+
+
+def plan_value_splits(
+    config: dict, column: str, keys: list[str], counts: tuple[int, int], quantiles: ValueQuantiles
+) -> list[dict]:
+    """The splits of a partition column that is not an integer: ranges between its quantiles
+    (the first and last open-ended), plus one split for its NULLs. ``counts``: (NULLs,
+    non-null values)."""
+    nulls, count = (int(n) for n in counts)
+    base = {"column": column, "order": [column, *[k for k in keys if k != column]]}
+    base |= {"total": bool(keys), "values": True}
+    splits = []
+    if count:
+        if config.get("split.size") and not config.get("partition_column"):
+            wanted = math.ceil(count / config["split.size"])
+        else:
+            wanted = config.get("split.num") or 4
+        step = max(math.ceil(count / wanted), 1)
+        rate = config.get("split.inverse-sampling.rate") or INVERSE_SAMPLING_RATE
+        sampled = wanted > config.get("split.sample-sharding.threshold", 1000) and rate > 1
+        bounds = quantiles(max(step // rate, 1), 1 / rate) if sampled else quantiles(step, None)
+        bounds = bounds[: wanted - 1]  # the last quantile would start a range of its own
+        edges = [None, *[b for i, b in enumerate(bounds) if i == 0 or b != bounds[i - 1]], None]
+        for i, (low, high) in enumerate(itertools.pairwise(edges)):
+            splits.append(
+                {
+                    **base,
+                    "splitId": f"values-{i}",
+                    "low": "" if low is None else low,
+                    "high": high,
+                    "open_low": low is None,
+                    "open_high": high is None,
+                }
+            )
+    if nulls:
         splits.append({**base, "splitId": "nulls", "low": None, "high": None})
     return splits

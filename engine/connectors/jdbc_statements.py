@@ -130,10 +130,17 @@ def custom_statement(query: str) -> str:
     return _QUOTED_OR_MARK.sub(lambda m: marks.get(m.group(), m.group()), query.strip().rstrip(";"))
 
 
-def staged(schema: Schema):
-    """A function that makes a row fit the staging table (complex values as JSON)."""
+def staged(schema: Schema, target_types: list[str] | None = None):
+    """A function that makes a row fit the staging table or the target's columns
+    (``target_types``, without modifiers, in the fields' order): nested values as JSON text,
+    but an array into an array column as a list (written as an array)."""
+    as_lists = [t.endswith("]") for t in target_types or [""] * len(schema.kinds)]
     complex_at = [
-        (i, kind) for i, kind in enumerate(schema.kinds) if kind_args(kind)[0] not in STAGE_TYPES
+        (i, kind)
+        for i, kind in enumerate(schema.kinds)
+        if kind_args(kind)[0] not in STAGE_TYPES
+        and kind not in ("string", "null")
+        and not (as_lists[i] and kind_args(kind)[0] == "array")
     ]
     if not complex_at:
         return lambda row: row
@@ -141,7 +148,7 @@ def staged(schema: Schema):
     def fit(row: tuple) -> tuple:
         out = list(row)
         for i, kind in complex_at:
-            if out[i] is not None and kind != "string":
+            if out[i] is not None:
                 out[i] = json.dumps(jsonable(kind, out[i]))
         return tuple(out)
 

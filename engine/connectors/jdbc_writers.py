@@ -82,7 +82,10 @@ class JdbcWriter(SinkWriter):
         table = table_ident(config["table"])
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
         self.conn.execute(temp_stage(table, cols))
+        with self.conn.cursor() as cur:
+            types = column_types(cur, regclass(table))
         self.conn.commit()
+        self.fit = staged(schema, [types[c][0] for c in self.columns])
         self.upsert = from_temp_stage(table, cols, self.columns, upsert_keys(config))
         self.copy = sql.SQL("COPY keel_stage ({cols}) FROM STDIN").format(cols=cols)
 
@@ -143,7 +146,7 @@ class JdbcWriter(SinkWriter):
         with self.conn.cursor() as cur:
             with cur.copy(self.copy) as copy:
                 for row in rows:
-                    copy.write_row(row)
+                    copy.write_row(self.fit(row))
             cur.execute(self.upsert)
         self.conn.commit()
 
@@ -210,7 +213,7 @@ class ExactlyOnceJdbcWriter(SinkWriter):
         settle_leftovers(self.conn, self.writer, context.get("restoredCheckpoint"))
         self._ensure_stage(schema_name, name, schema)
         if not self.custom:
-            self._align_stage(adbc, schema_name, name, schema.kinds)
+            self._align_stage(adbc, schema_name, name, schema)
         restored = context.get("restoredCheckpoint")
         if restored is not None:
             self._commit_upto(restored)
@@ -226,10 +229,11 @@ class ExactlyOnceJdbcWriter(SinkWriter):
             stage=self.stage, cols=self.cols
         )
 
-    def _align_stage(self, adbc, schema_name: str, name: str, kinds: list[str]) -> None:
+    def _align_stage(self, adbc, schema_name: str, name: str, schema: Schema) -> None:
         """Stage columns Arrow cannot write become text (once, under the stage's DDL lock),
         cast back to the target's types when committed; batches go through ``adbc`` (if
-        given)."""
+        given), rows fitted to the target's types (nested values as JSON or arrays)."""
+        kinds = schema.kinds
         with self.conn.cursor() as cur:
             stage_types = column_types(cur, regclass(self.stage))
             texts = text_staged(self.columns, kinds, stage_types)
@@ -246,6 +250,7 @@ class ExactlyOnceJdbcWriter(SinkWriter):
             target_types = column_types(cur, regclass(self.table))
         self.conn.commit()
         self.casts = text_casts(self.columns, stage_types, target_types)
+        self.fit = staged(schema, [target_types[c][0] for c in self.columns])
         if adbc is None:
             return
         self.bulk = ArrowStage(

@@ -29,6 +29,7 @@ PG_TYPES = {
     "uuid": "string",
     "json": "string",
     "jsonb": "string",
+    "bytea": "bytes",
 }
 INTEGER_TYPES = ("smallint", "integer", "bigint")
 #: The same types by the names of their OIDs (a query's columns, from its description).
@@ -168,7 +169,10 @@ def query_columns(conn: psycopg.Connection, rows: sql.Composable) -> list[tuple[
         out = []
         for column in cur.description:
             info = psycopg.postgres.types.get(column.type_code)
-            out.append((column.name, info.name if info else str(column.type_code)))
+            name = info.name if info else str(column.type_code)
+            # The registry finds a type by its array's OID too: an array is its own type.
+            array = info is not None and info.array_oid == column.type_code
+            out.append((column.name, f"{name}[]" if array else name))
     conn.rollback()
     return out
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 from psycopg import sql
 
 from engine.connectors.arrowrows import arrow_type
-from engine.connectors.pg import target_params
+from engine.connectors.pg import PG_TYPE_NAMES, PG_TYPES, target_params
 from engine.connectors.pg_url import session_params
 from engine.connectors.schema import kind_args
 
@@ -82,11 +82,12 @@ def select_list(columns: list[tuple[str, str, str]]) -> sql.Composable:
     """The source's columns (name, PostgreSQL type, Keel kind), each cast where ADBC's Arrow
     type is not its Keel kind's (a numeric as the text of its decimal, exact, which Arrow
     casts to decimal128); names are qualified (``keel_query.c``), so an ORDER BY of a name
-    means the column, not a cast."""
+    means the column, not a cast. A type without a Keel mapping is read as its text."""
     items = []
     for name, pg_type, kind in columns:
         column = sql.SQL("keel_query.{c}").format(c=sql.Identifier(name))
-        shape = _SELECT_AS.get(pg_type, "{c}")
+        known = pg_type in PG_TYPES or pg_type in PG_TYPE_NAMES
+        shape = _SELECT_AS.get(pg_type, "{c}" if known else "{c}::text")
         if pg_type == "numeric":
             precision, scale = kind_args(kind)[1]
             shape = f"{{c}}::numeric({int(precision)}, {int(scale)})::text"

@@ -1,8 +1,11 @@
-"""PostgreSQL as a Jdbc dialect: a source's columns and types, its splits (ranges of an integer
-column) and reads (ADBC's binary COPY of the split's query, straight into Arrow), and the sink's
-table, save modes and writers (engine.connectors.jdbc_writers, jdbc_prepared)."""
+"""PostgreSQL as a Jdbc dialect: a source's columns and types, its splits (ranges of its
+partition column) and reads (ADBC's binary COPY of the split's query, straight into Arrow),
+and the sink's table, save modes and writers (engine.connectors.jdbc_writers,
+jdbc_prepared)."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import psycopg
 from psycopg import sql
@@ -15,7 +18,7 @@ from engine.connectors.jdbc_checks import pg_connection_errors
 from engine.connectors.jdbc_dialect import Dialect
 from engine.connectors.jdbc_prepared import open_prepared_writer
 from engine.connectors.jdbc_savemodes import apply_save_modes
-from engine.connectors.jdbc_splits import plan_splits
+from engine.connectors.jdbc_splits import bound_errors, plan_splits, plan_value_splits
 from engine.connectors.jdbc_writers import ExactlyOnceJdbcWriter, JdbcWriter
 from engine.connectors.pg import (
     INTEGER_TYPE_NAMES,
@@ -70,10 +73,49 @@ def _keys(conn, config: dict, types: dict[str, str]) -> list[str]:
     return keys if all(k in types for k in keys) else []
 
 
+def _orderable(conn, config: dict, column: str) -> list[tuple[str, str]]:
+    """Whether the partition column has an order (json, xml, point have none)."""
+    try:
+        conn.execute(
+            sql.SQL("SELECT {c} FROM {rows} WHERE %s ORDER BY {c} LIMIT 0").format(
+                c=sql.Identifier(column), rows=rows_of(config)
+            ),
+            (True,),
+        )
+    except psycopg.Error as exc:
+        conn.rollback()
+        reason = (str(exc).strip().splitlines() or ["error"])[0]
+        return [("partition_column", f"{column!r} cannot be ordered: {reason}")]
+    conn.rollback()
+    return []
+
+
+def _quantiles(conn, config: dict, column: str, step: int, probability: float | None, text: bool):
+    """Every ``step``-th non-null value of ``column`` in order (of a sample of its rows with
+    ``probability``): integers, or (``text``) the values' text, which a read compares the
+    column with as an untyped literal (parsed as the column's type)."""
+    c = sql.Identifier(column)
+    sample = sql.SQL("random() < {p}").format(p=sql.Literal(probability))
+    query = sql.SQL(
+        "SELECT {v} FROM (SELECT {c} AS v, row_number() OVER (ORDER BY {c}) AS n FROM {rows}"
+        " WHERE {c} IS NOT NULL AND {sample} AND %s) AS keel_keys WHERE n %% {step} = 0"
+        " ORDER BY keel_keys.v"
+    ).format(
+        v=sql.SQL("v::text" if text else "DISTINCT v"),
+        c=c,
+        rows=rows_of(config),
+        sample=sample if probability else sql.SQL("true"),
+        step=sql.Literal(step),
+    )
+    values = [r[0] for r in conn.execute(query, (True,)).fetchall()]
+    return values if text else [int(v) for v in values]
+
+
 def _typed(conn, config: dict) -> list[tuple[str, str, str]]:
     """(name, PostgreSQL type, Keel kind) of each column read. A ``numeric`` is an exact
     ``decimal(p, s)``: its own precision and scale, or SeaTunnel's ``decimal(38, 18)`` for a
-    numeric without them (or wider than 38 digits)."""
+    numeric without them (or wider than 38 digits). A type without a Keel mapping (xml,
+    inet, interval, an enum, an array, ...) is a string: its text, as SeaTunnel reads most."""
     columns = _columns(conn, config)
     shapes = {}
     if any(t == "numeric" for _, t in columns):
@@ -83,7 +125,7 @@ def _typed(conn, config: dict) -> list[tuple[str, str, str]]:
         conn.rollback()
     out = []
     for name, pg_type in columns:
-        kind = PG_TYPES.get(pg_type) or PG_TYPE_NAMES[pg_type]
+        kind = PG_TYPES.get(pg_type) or PG_TYPE_NAMES.get(pg_type) or "string"
         if pg_type == "numeric":
             precision, scale = shapes.get(name) or (None, None)
             if not precision or precision > 38:
@@ -120,23 +162,23 @@ class PostgresDialect(Dialect):
         }
 
     def source_errors(self, config: dict) -> list[tuple[str, str]]:
+        """The rows can be read, and split by their partition column (any column PostgreSQL
+        can order); a column of a type without a Keel mapping is read as its text."""
         try:
             with connect_read_only(config) as conn:
                 types = dict(_columns(conn, config))
                 keys = _keys(conn, config, types)
+                column = config["partition_column"] or next(iter(keys), "")
+                if column and column not in types:
+                    return [("partition_column", f"{column!r} is not a column of the rows")]
+                integer = types.get(column) in INTEGER_TYPE_NAMES + INTEGER_TYPES
+                errors = bound_errors(config, column, integer)
+                if column and not errors:
+                    errors = _orderable(conn, config, column)
+                return errors
         except psycopg.Error as exc:
             reason = (str(exc).strip().splitlines() or ["error"])[0]
             return [("query" if config["query"] else "where_condition", reason)]
-        column = config["partition_column"] or next(iter(keys), "")
-        if column and types.get(column) not in INTEGER_TYPE_NAMES + INTEGER_TYPES:
-            return [("partition_column", f"{column!r} must be an integer column of the rows")]
-        if not column and config["table"] and not config["query"]:
-            return [("partition_column", "the table has no primary key: name a column")]
-        unknown = [c for c, t in types.items() if t not in PG_TYPES and t not in PG_TYPE_NAMES]
-        if unknown:
-            option = "query" if config["query"] else "table"
-            return [(option, f"unsupported type of: {', '.join(unknown)}")]
-        return []
 
     def output_schema(self, config: dict) -> Schema:
         with connect_read_only(config) as conn:
@@ -154,6 +196,15 @@ class PostgresDialect(Dialect):
                     {"splitId": "all", "column": None, "low": None, "high": None, "total": False}
                 ]
             c = sql.Identifier(column)
+            if dict(_columns(conn, config)).get(column) not in INTEGER_TYPE_NAMES + INTEGER_TYPES:
+                counts = conn.execute(
+                    sql.SQL("SELECT count(*) - count({c}), count({c}) FROM {t} WHERE %s").format(
+                        c=c, t=rows_of(config)
+                    ),
+                    (True,),
+                ).fetchone()
+                values = partial(_quantiles, conn, config, column, text=True)
+                return plan_value_splits(config, column, keys, counts, values)
             stats = conn.execute(
                 sql.SQL(
                     "SELECT min({c}), max({c}), count(*) FILTER (WHERE {c} IS NULL),"
@@ -161,21 +212,7 @@ class PostgresDialect(Dialect):
                 ).format(c=c, t=rows_of(config)),
                 (True,),  # a parameter: the extended protocol, one statement only
             ).fetchone()
-
-            def quantiles(step: int, probability: float | None) -> list[int]:
-                sample = sql.SQL("random() < {p}").format(p=sql.Literal(probability))
-                query = sql.SQL(
-                    "SELECT DISTINCT v FROM (SELECT {c} AS v, row_number() OVER (ORDER BY {c})"
-                    " AS n FROM {rows} WHERE {c} IS NOT NULL AND {sample} AND %s) AS keel_keys"
-                    " WHERE n %% {step} = 0 ORDER BY v"
-                ).format(
-                    c=c,
-                    rows=rows_of(config),
-                    sample=sample if probability else sql.SQL("true"),
-                    step=sql.Literal(step),
-                )
-                return [int(r[0]) for r in conn.execute(query, (True,)).fetchall()]
-
+            quantiles = partial(_quantiles, conn, config, column, text=False)
             return plan_splits(config, column, keys, stats, quantiles)
 
     def read(self, config: dict, split: dict, offset: int, batch_size: int):
@@ -188,24 +225,28 @@ class PostgresDialect(Dialect):
         elif split["low"] is None:
             where = sql.SQL("{c} IS NULL").format(c=column)
         else:
-            # Bounds are integers the engine made, written as literals: ADBC reads a query
-            # with COPY, which takes no parameters (and one statement only).
+            # Bounds are integers the engine made (or a column's values as text, untyped
+            # literals PostgreSQL parses as the column's type), written as literals: ADBC
+            # reads a query with COPY, which takes no parameters (and one statement only).
+            value = str if split.get("values") else int
             bounds = []
             if not split.get("open_low"):
                 bounds.append(
-                    sql.SQL("{c} >= {v}").format(c=column, v=sql.Literal(int(split["low"])))
+                    sql.SQL("{c} >= {v}").format(c=column, v=sql.Literal(value(split["low"])))
                 )
             if not split.get("open_high"):
                 bounds.append(
-                    sql.SQL("{c} < {v}").format(c=column, v=sql.Literal(int(split["high"])))
+                    sql.SQL("{c} < {v}").format(c=column, v=sql.Literal(value(split["high"])))
                 )
             bounds.append(sql.SQL("{c} IS NOT NULL").format(c=column))
             where = sql.SQL(" AND ").join(bounds)
         order = [
             sql.SQL("keel_query.{c}").format(c=sql.Identifier(c)) for c in split.get("order") or []
         ]
-        if not split.get("total", True):  # no primary key in the order: the row breaks ties
-            order.append(sql.SQL("keel_query::text"))
+        if not split.get("total", True):
+            # No primary key in the order: the row's text breaks ties, byte by byte (rows of
+            # the same text are the same values, interchangeable).
+            order.append(sql.SQL('keel_query::text COLLATE "C"'))
         with connect_read_only(config) as conn:
             typed = _typed(conn, config)
             query = (

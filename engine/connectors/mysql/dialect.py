@@ -13,6 +13,7 @@ from engine.connectors.base import SinkWriter
 from engine.connectors.jdbc_checks import table_required_errors
 from engine.connectors.jdbc_dialect import Dialect
 from engine.connectors.jdbc_savemodes import run_save_modes
+from engine.connectors.jdbc_splits import bound_errors
 from engine.connectors.jdbc_statements import target_columns
 from engine.connectors.mysql import source
 from engine.connectors.mysql.sessions import connect, quote, target
@@ -137,14 +138,12 @@ class MySqlDialect(Dialect):
                 except ValueError as exc:
                     return [("query" if config["query"] else "table", str(exc))]
                 try:
-                    column, _ = source.partition_column(conn, config)
+                    column, _, integer = source.partition_column(conn, config)
                 except ValueError as exc:
                     return [("partition_column", str(exc))]
         except pymysql.MySQLError as exc:
             return [(rows, _first_line(exc))]
-        if not column and config["table"] and not config["query"]:
-            return [("partition_column", "the table has no primary key: name a column")]
-        return []
+        return bound_errors(config, column, integer)
 
     def output_schema(self, config: dict) -> Schema:
         return source.output_schema(config)

@@ -1,7 +1,8 @@
 """The Jdbc source on MySQL and MariaDB: a table's or a query's columns and Keel types, splits
-by ranges of an integer column (the PostgreSQL source's rule: the bounds set the stride, never
-filter rows; NULLs are a split of their own), and a split read as Arrow batches from a
-streaming cursor (bounded memory: the server sends rows as they are fetched)."""
+by ranges of a column (the PostgreSQL source's rule: an integer column's bounds set the
+stride, never filter rows; another type is cut at its quantiles; NULLs are a split of their
+own), and a split read as Arrow batches from a streaming cursor (bounded memory: the server
+sends rows as they are fetched)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pymysql
 
 from engine.connectors.arrowrows import arrow_schema
 from engine.connectors.batches import bounded, limits
-from engine.connectors.jdbc_splits import plan_splits
+from engine.connectors.jdbc_splits import plan_splits, plan_value_splits
 from engine.connectors.mysql.sessions import connect, quote, text
 from engine.connectors.mysql.types import INTEGER_TYPES, batch_of, field_column_type, keel_kind
 from engine.connectors.mysql.types import parse_column_type as parse_type
@@ -100,16 +101,18 @@ def output_schema(config: dict) -> Schema:
         return Schema(tuple((name, kind) for name, _, kind in columns(conn, config)))
 
 
-def partition_column(conn, config: dict) -> tuple[str, list[str]]:
-    """The column to split by (``partition_column``, else the table's first key column) and
-    the table's primary key; ValueError when the column is not an integer column."""
+def partition_column(conn, config: dict) -> tuple[str, list[str], bool]:
+    """The column to split by (``partition_column``, else the table's first key column), the
+    table's primary key and whether the column is an integer column (else it is cut at its
+    quantiles); ValueError when the rows have no such column."""
     keys = primary_key(conn, *split_table(config, config["table"])) if config.get("table") else []
     column = config.get("partition_column") or next(iter(keys), "")
-    if column:
-        types = {name: column_type for name, column_type, _ in columns(conn, config)}
-        if parse_type(types.get(column, "none"))[0] not in INTEGER_TYPES:
-            raise ValueError(f"{column!r} must be an integer column of the rows")
-    return column, keys
+    if not column:
+        return column, keys, False
+    types = {name: column_type for name, column_type, _ in columns(conn, config)}
+    if column not in types:
+        raise ValueError(f"{column!r} is not a column of the rows")
+    return column, keys, parse_type(types[column])[0] in INTEGER_TYPES
 
 
 def create_splits(config: dict) -> list[dict]:
@@ -117,10 +120,12 @@ def create_splits(config: dict) -> list[dict]:
     column, of ``split.num`` or of ``split.size`` rows, plus one for its NULLs); one split when
     there is no partition column (a query without one)."""
     with connect(config, read_only=True) as conn:
-        column, keys = partition_column(conn, config)
+        column, keys, integer = partition_column(conn, config)
         if not column:
             return [{"splitId": "all", "column": None, "low": None, "high": None, "total": False}]
         c = quote(column)
+        if not integer:
+            return _value_splits(conn, config, column, keys)
         with conn.cursor(pymysql.cursors.Cursor) as cur:
             cur.execute(
                 f"SELECT min({c}), max({c}), count(*) - count({c}), count({c})"
@@ -129,18 +134,41 @@ def create_splits(config: dict) -> list[dict]:
             low, high, nulls, count = (text(v) for v in cur.fetchone())
 
         def quantiles(step: int, probability: float | None) -> list[int]:
-            sample = f"RAND() < {float(probability)}" if probability else "TRUE"
-            with conn.cursor(pymysql.cursors.Cursor) as cur:
-                cur.execute(
-                    f"SELECT DISTINCT v FROM (SELECT {c} AS v, ROW_NUMBER() OVER (ORDER BY {c})"
-                    f" AS n FROM {rows_of(config)} WHERE {c} IS NOT NULL AND {sample})"
-                    f" AS keel_keys WHERE n % {int(step)} = 0 ORDER BY v"
-                )
-                return [int(text(r[0])) for r in cur.fetchall()]
+            return [int(text(v)) for v in _quantiles(conn, config, column, step, probability)]
 
         stats = (low, high, int(nulls), int(count))
         splits = plan_splits(config, column, keys, stats, quantiles)
         conn.rollback()
+    return splits
+
+
+def _quantiles(conn, config: dict, column: str, step: int, probability: float | None) -> list:
+    """Every ``step``-th non-null value of ``column`` in order (of a sample of its rows with
+    ``probability``), as the session read them."""
+    c = quote(column)
+    sample = f"RAND() < {float(probability)}" if probability else "TRUE"
+    with conn.cursor(pymysql.cursors.Cursor) as cur:
+        cur.execute(
+            f"SELECT v FROM (SELECT {c} AS v, ROW_NUMBER() OVER (ORDER BY {c}) AS n"
+            f" FROM {rows_of(config)} WHERE {c} IS NOT NULL AND {sample}) AS keel_keys"
+            f" WHERE n % {int(step)} = 0 ORDER BY n"
+        )
+        return [v for (v,) in cur.fetchall()]
+
+
+def _value_splits(conn, config: dict, column: str, keys: list[str]) -> list[dict]:
+    """Ranges between the quantiles of a column that is not an integer, each bound the
+    literal of a value (its text, or a binary string's bytes) as the session writes it."""
+    c = quote(column)
+    with conn.cursor(pymysql.cursors.Cursor) as cur:
+        cur.execute(f"SELECT count(*) - count({c}), count({c}) FROM {rows_of(config)}")
+        counts = tuple(int(text(v)) for v in cur.fetchone())
+
+    def quantiles(step: int, probability: float | None) -> list[str]:
+        return [conn.escape(v) for v in _quantiles(conn, config, column, step, probability)]
+
+    splits = plan_value_splits(config, column, keys, counts, quantiles)
+    conn.rollback()
     return splits
 
 
@@ -153,14 +181,18 @@ def split_query(config: dict, split: dict, names: list[str], offset: int) -> str
     elif split["low"] is None:
         where = [f"{column} IS NULL"]
     else:
+        # Integers, or a column's values as literals the session escaped (create_splits).
+        value = (lambda v: str(v)) if split.get("values") else (lambda v: str(int(v)))
         where = [f"{column} IS NOT NULL"]
         if not split.get("open_low"):
-            where.append(f"{column} >= {int(split['low'])}")
+            where.append(f"{column} >= {value(split['low'])}")
         if not split.get("open_high"):
-            where.append(f"{column} < {int(split['high'])}")
+            where.append(f"{column} < {value(split['high'])}")
     order = [f"keel_query.{quote(c)}" for c in split.get("order") or []]
-    if not split.get("total", True):  # no key: every column breaks ties
-        order += [str(i + 1) for i in range(len(names))]
+    if not split.get("total", True):
+        # No key: every column breaks ties, by its bytes (a collation may call 'a' and 'A'
+        # equal); rows that are equal byte for byte are interchangeable.
+        order += [f"CAST(keel_query.{quote(n)} AS BINARY)" for n in names]
     cols = ", ".join(f"keel_query.{quote(n)}" for n in names)
     return (
         f"SELECT {cols} FROM {rows_of(config)} WHERE {' AND '.join(where)}"

@@ -17,7 +17,18 @@ from engine.connectors.schema import DECIMALS, Schema, jsonable, kind_args
 #: A decimal wider than Keel's 38 digits is read as SeaTunnel's default, decimal(38, 18).
 WIDEST, DEFAULT_DECIMAL = 38, "decimal(38, 18)"
 _STRINGS = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "json", "enum", "set")
-_BYTES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry")
+_BYTES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "vector")
+#: The geometry types' own names (their values are bytes, as a geometry's).
+_GEOMETRIES = (
+    "point",
+    "linestring",
+    "polygon",
+    "multipoint",
+    "multilinestring",
+    "multipolygon",
+    "geometrycollection",
+    "geomcollection",
+)
 _INTS = {
     ("tinyint", False): "tinyint",
     ("tinyint", True): "smallint",
@@ -47,8 +58,8 @@ def parse_column_type(column_type: str) -> tuple[str, list[str], bool]:
 
 
 def keel_kind(column_type: str, tiny_int1_is_bit: bool = True) -> str:
-    """The Keel type of a MySQL column type (``information_schema.COLUMNS.COLUMN_TYPE``);
-    ValueError for a type Keel does not carry."""
+    """The Keel type of a MySQL column type (``information_schema.COLUMNS.COLUMN_TYPE``); a
+    type without a mapping (MariaDB's uuid and inet6, a vector) is read as its text."""
     base, args, unsigned = parse_column_type(column_type)
     if base == "bit":
         return "boolean" if not args or args[0] == "1" else "bytes"
@@ -69,7 +80,7 @@ def keel_kind(column_type: str, tiny_int1_is_bit: bool = True) -> str:
         return DEFAULT_DECIMAL if precision > WIDEST else f"decimal({precision}, {scale})"
     if base in _STRINGS:
         return "string"
-    if base in _BYTES:
+    if base in _BYTES or base in _GEOMETRIES:
         return "bytes"
     if base == "date":
         return "date"
@@ -79,7 +90,7 @@ def keel_kind(column_type: str, tiny_int1_is_bit: bool = True) -> str:
         return "timestamp"
     if base == "null":
         return "null"
-    raise ValueError(f"MySQL type {column_type!r} has no Keel type")
+    return "string"
 
 
 #: PyMySQL's field type codes as MySQL type names (a query's columns, from its metadata).
