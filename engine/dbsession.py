@@ -17,6 +17,8 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.db.backends.signals import connection_created
 
+from engine.errortext import first_line
+
 log = logging.getLogger("keel.dbsession")
 T = TypeVar("T")
 #: What an unreachable database raises (Django's wrappers and psycopg's own).
@@ -118,14 +120,10 @@ def ride_out(
             now = time.monotonic()
             if deadline is None:
                 deadline = now + (outage_tolerance() if tolerance is None else tolerance)
-                log.warning("%s: database unreachable (%s); retrying", what, _first_line(exc))
+                log.warning("%s: database unreachable (%s); retrying", what, first_line(exc))
             if now >= deadline:
                 raise
             connection.close()
             if wait(delay):
                 wait = time.sleep
             delay = min(delay * 2, 1.0)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -22,7 +22,8 @@ _SECRET_ASSIGNMENT = re.compile(
 #: Connector/J take them) or the userinfo's password (``//user:secret@host``).
 _URL_SECRETS = (
     re.compile(r"(?i)([?&;](?:[\w-]*(?:password|passwd|secret|token))=)([^&;\s\"',}#]*)"),
-    re.compile(r"(//[^/:@\s\"']+:)([^@/\s\"']+)(@)"),
+    # Up to the last '@' before the host (a password may hold '/', '?' or '@' unencoded).
+    re.compile(r"(//[^/:@\s\"']+:)([^\s\"']*)(@[^@/\s\"']*(?:[/?\s\"']|$))"),
 )
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from urllib.parse import urlsplit, urlunsplit
 
+from engine.errortext import first_line
+
 EXIT_SERVICE_DOWN = 2
 
 POSTGRES_HINT = (
@@ -33,17 +35,9 @@ def mask_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
 
 
-def _first_line(exc: BaseException) -> str:
-    """The gist of a driver error: ``Connection refused`` rather than three lines of libpq."""
-    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-    if not lines:
-        return type(exc).__name__
-    return lines[0].rsplit(" failed: ", 1)[-1]
-
-
 def postgres_error_line(url: str, exc: BaseException) -> str:
     """The one line shown when PostgreSQL at ``url`` fails with ``exc``."""
-    reason = _first_line(exc)
+    reason = first_line(exc)
     if "does not exist" in reason and "database" in reason:
         return (
             f"error: PostgreSQL at {mask_url(url)} answers, but {reason}: "
@@ -53,7 +47,7 @@ def postgres_error_line(url: str, exc: BaseException) -> str:
 
 
 def redis_error_line(url: str, exc: BaseException) -> str:
-    return f"error: cannot reach Redis at {mask_url(url)} ({_first_line(exc)}): {REDIS_HINT}"
+    return f"error: cannot reach Redis at {mask_url(url)} ({first_line(exc)}): {REDIS_HINT}"
 
 
 def check_postgres(url: str, timeout: float = 3.0, display_url: str | None = None) -> None:

@@ -188,6 +188,14 @@ def test_a_named_connection_supplies_credentials_and_never_shows_its_password(ap
         "source[0].Jdbc.table",
     )
     assert "no table" in message
+    # The job cannot loosen what the admin set: no driver parameters beside a named connection.
+    for props in ("sslmode = disable", 'options = "-c search_path=evil"'):
+        block = f'connection = "warehouse", properties {{ {props} }}'
+        message = refused(
+            submit(api, jdbc_source("", block).replace('url = "", ', "")),
+            "source[0].Jdbc.properties",
+        )
+        assert "named connection" in message
     page = admin_client.get(f"/admin/engine/connection/{stored.id}/change/")
     assert page.status_code == 200 and b"s3cret-pass" not in page.content
 

@@ -249,3 +249,11 @@ def test_a_named_connection_reaches_mysql(mariadb):
     )
     assert result["written"] == 5
     assert mariadb.execute(f"SELECT count(*) FROM {dst}") == [(5,)]
+    # The job's properties would come after the admin's URL (TLS off): refused, by name.
+    error = planning_error(
+        f"""source {{ Jdbc {{ connection = shop, table = {table},
+          properties {{ sslMode = DISABLED }} }} }}
+        sink {{ Console {{}} }}"""
+    )
+    assert error["path"] == "source[0].Jdbc.properties"
+    assert "named connection" in error["message"]

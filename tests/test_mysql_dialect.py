@@ -101,10 +101,15 @@ def test_urls_map_connector_j_parameters_and_warn_about_the_rest():
         3306,
         "VERIFY_IDENTITY",
     )
-    for bad, message in (
+    for bad, message in (  # CREDENTIALS_ONLY: the message, and no part of the URL
         ("jdbc:mysql://h1,h2/db", "one host"),
         ("jdbc:mysql://h:3306", "database"),
         ("jdbc:mysql://root:pw@h/db", "credentials"),
+        # A password's unencoded '/' or '?' splits the URL: no part of it is ever shown.
+        ("jdbc:mysql://root:pa/zq7@h/db", CREDENTIALS_ONLY),
+        ("jdbc:mysql://root:pa?zq7@h/db", CREDENTIALS_ONLY),
+        ("jdbc:mysql://root:12/zq7@h/db", CREDENTIALS_ONLY),
+        ("jdbc:mysql://root:12?zq7@h/db", CREDENTIALS_ONLY),
         ("jdbc:mysql://h/db?sslMode=sometimes", "sslMode"),
         ("jdbc:postgresql://h/db", "not a MySQL URL"),
     ):
@@ -244,6 +249,7 @@ def test_a_query_source_is_one_split_read_in_a_read_only_session(mariadb):
     assert mariadb.execute(f"SELECT count(*) FROM {table}") == [(3,)]
 
 
+CREDENTIALS_ONLY = "^put credentials in the user and password options, not in the URL$"
 SCHEMA = Schema.from_json([["id", "bigint"], ["name", "string"]])
 
 
@@ -278,15 +284,77 @@ def test_exactly_once_commits_checkpoints_and_fences_stale_attempts(mariadb):
     assert mariadb.execute(f"SELECT id FROM {table} ORDER BY id") == [(1,), (2,), (3,)]
     with pytest.raises(Fenced):
         old.commit(second)
-    old.write(_batch(9))  # a zombie's late rows and marks are never moved
-    zombie = old.prepare_commit(3)
-    with pytest.raises(Fenced):
-        old.commit(zombie)
+    with pytest.raises(Fenced):  # a zombie stages nothing after the fence
+        old.write(_batch(9))
     new.write(_batch(5))
     new.commit(new.prepare_commit(3))
     assert mariadb.execute(f"SELECT id FROM {table} ORDER BY id") == [(1,), (2,), (3,), (5,)]
     new.close()
     old.abort()
+
+
+def test_a_zombie_attempt_stages_nothing_a_later_restore_would_move(mariadb):
+    table = _table(mariadb, "id bigint PRIMARY KEY, name varchar(20) NOT NULL")
+    stage = f"{table}__keel_stage"
+    zombie = _writer(mariadb, table, attempt=1)
+    zombie.write(_batch(1, 2))
+    zombie.commit(zombie.prepare_commit(1))
+    # Attempt 2 takes over from checkpoint 1 while attempt 1 is frozen, then attempt 1 wakes.
+    second = _writer(mariadb, table, attempt=2, restored=1)
+    with pytest.raises(Fenced):
+        zombie.write(_batch(3))
+    with pytest.raises(Fenced):
+        zombie.prepare_commit(2)
+    with pytest.raises(Fenced):
+        zombie.commit({"checkpoint": 2})
+    assert mariadb.execute(f"SELECT count(*) FROM {stage} WHERE keel_attempt = 1") == [(0,)]
+    second.write(_batch(4))
+    second.commit(second.prepare_commit(2))
+    second.abort()
+    # Attempt 3 restores checkpoint 2: what attempt 2 committed, once, and nothing of the zombie.
+    _writer(mariadb, table, attempt=3, restored=2).abort()
+    assert mariadb.execute(f"SELECT id FROM {table} ORDER BY id") == [(1,), (2,), (4,)]
+    zombie.abort()
+
+
+def test_a_stage_follows_a_recreated_table_and_fits_a_long_table_name(mariadb):
+    table = _table(mariadb, "id bigint PRIMARY KEY, name varchar(20) NOT NULL")
+    _writer(mariadb, table, attempt=0).close()  # leaves the stage of the old shape
+    # A save mode recreates the table with a new column and a wider one.
+    mariadb.execute(
+        f"DROP TABLE {table}",
+        f"CREATE TABLE {table} (id bigint PRIMARY KEY, name varchar(200), note text)",
+    )
+    wide = Schema.from_json([["id", "bigint"], ["name", "string"], ["note", "string"]])
+    context = CONTEXT | {"jobUuid": f"job-{table}", "attempt": 1}
+    writer = MySqlExactlyOnceWriter(mariadb.config(table=table, query=""), wide, context)
+    writer.write(from_rows([(1, "x" * 150, "new")], wide))
+    writer.close()
+    assert mariadb.execute(f"SELECT length(name), note FROM {table}") == [(150, "new")]
+
+    long_name = "t" + uuid.uuid4().hex + "_" * 22  # 55 characters: its stage needs a digest
+    mariadb.execute(f"CREATE TABLE {long_name} (id bigint PRIMARY KEY, name varchar(20))")
+    for attempt in (0, 1):  # the same stage every time
+        writer = _writer(mariadb, long_name, attempt=attempt)
+        writer.write(_batch(attempt))
+        writer.close()
+    assert mariadb.execute(f"SELECT id FROM {long_name} ORDER BY id") == [(0,), (1,)]
+    [(stage,)] = mariadb.execute(
+        "SELECT table_name FROM information_schema.tables"
+        f" WHERE table_name LIKE '{long_name[:30]}%' AND table_name LIKE '%keel_stage'"
+    )
+    assert len(stage) == 64 and stage.startswith(long_name[:35])
+
+
+def test_sessions_never_wait_long_for_a_lock_or_a_statement(mariadb):
+    variables = "@@lock_wait_timeout, @@innodb_lock_wait_timeout, @@max_statement_time"
+    for options in ({}, {"read_only": True}, {"program": "keel-savemode"}):
+        with connect(mariadb.config(), **options) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT {variables}")
+            assert [float(v) for v in cur.fetchone()] == [10, 10, 300]
+    with connect(mariadb.config(), read_only=True, streaming=True) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT {variables}")  # a split's read lasts as long as its rows
+        assert [float(v) for v in cur.fetchone()] == [10, 10, 0]
 
 
 def test_a_commit_is_all_or_nothing(mariadb):

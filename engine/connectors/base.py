@@ -313,6 +313,16 @@ class TransformPlugin(Plugin):
         raise NotImplementedError
 
 
+def later_sink(context: dict) -> str:
+    """The index of a writer's sink in its pipeline when it is not the first (``sink[2]``:
+    "2"), else "": writers' names for what they write (staged rows, parts) add it, so two sinks
+    of one pipeline writing one target never take each other's."""
+    label = str(context.get("label", ""))
+    if label.startswith("sink[") and not label.startswith("sink[0]"):
+        return label[5 : label.index("]")]
+    return ""
+
+
 class SinkWriter:
     """Writes batches (Arrow record batches, engine.connectors.batches); checkpoint hooks
     default to at-least-once (nothing to prepare). A writer written for rows implements

@@ -4,7 +4,7 @@ checks of the connection every dialect shares."""
 
 from __future__ import annotations
 
-from engine.connectors.jdbc_dialect import Dialect, family
+from engine.connectors.jdbc_dialect import NAMED_PROPERTIES, Dialect, family
 from engine.connectors.jdbc_options import database_refusal
 from engine.connectors.mysql.dialect import MySqlDialect
 from engine.connectors.pg_dialect import PostgresDialect
@@ -28,4 +28,6 @@ def check_connection(
         return [refusal]
     if config.get("connection") and (config.get("url") or config.get("password")):
         return [("connection", "give either a named connection or url/user/password, not both")]
+    if config.get("connection") and config.get("properties"):
+        return [("properties", NAMED_PROPERTIES)]
     return dialect_for(config).connection_errors(config, table_required, missing_ok)

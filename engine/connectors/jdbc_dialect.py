@@ -11,14 +11,16 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from engine.connectors.base import SinkWriter
+from engine.connectors.boundaries import Refused
+from engine.connectors.jdbc_options import DRIVERS, FAMILIES
 from engine.connectors.schema import Schema
 
 #: The drivers of the MySQL family, as SeaTunnel's configs name them.
-MYSQL_DRIVERS = (
-    "com.mysql.cj.jdbc.Driver",
-    "com.mysql.jdbc.Driver",
-    "org.mariadb.jdbc.Driver",
-    "com.mysql.cj.jdbc.MysqlXADataSource",
+MYSQL_DRIVERS = frozenset(d for d, db in DRIVERS.items() if FAMILIES.get(db) == "MySQL")
+#: Why a named connection takes no ``properties``: they would override what the admin set.
+NAMED_PROPERTIES = (
+    "a named connection's driver parameters are the admin's: properties (TLS, options, "
+    "local infile, ...) cannot change them; ask an admin, or give your own url"
 )
 
 
@@ -79,7 +81,29 @@ class Dialect:
 
 
 def is_mysql_url(url: str) -> bool:
-    return url.strip().lower().startswith(("jdbc:mysql:", "jdbc:mariadb:"))
+    """Whether a JDBC URL names MySQL or MariaDB (Connector/J's or the MariaDB driver's)."""
+    return (url or "").strip().lower().startswith(("jdbc:mysql:", "jdbc:mariadb:"))
+
+
+def _stored(name: str):
+    from engine.models import Connection
+
+    return Connection.objects.filter(name=name).first()
+
+
+def named_connection(config: dict):
+    """The admin's stored Connection the block names (None when it names none); Refused when
+    there is no such connection, or when the block also gives ``properties`` (driver
+    parameters after the connection's URL would turn off its TLS or change its options)."""
+    name = config.get("connection")
+    if not name:
+        return None
+    stored = _stored(name)
+    if stored is None:
+        raise Refused(f"no connection named {name!r} (an admin creates them)")
+    if config.get("properties"):
+        raise Refused(NAMED_PROPERTIES)
+    return stored
 
 
 def block_url(config: dict) -> str:
@@ -87,12 +111,8 @@ def block_url(config: dict) -> str:
     say what is missing)."""
     if config.get("url"):
         return config["url"]
-    if config.get("connection"):
-        from engine.models import Connection
-
-        stored = Connection.objects.filter(name=config["connection"]).values_list("url").first()
-        return stored[0] if stored else ""
-    return ""
+    stored = _stored(config["connection"]) if config.get("connection") else None
+    return stored.url if stored else ""
 
 
 def family(config: dict) -> str:

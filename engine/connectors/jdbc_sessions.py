@@ -9,6 +9,7 @@ import uuid as uuidlib
 import psycopg
 
 from engine.connectors import pg_arrow
+from engine.connectors.base import later_sink
 from engine.connectors.pg import connect
 
 
@@ -87,10 +88,8 @@ def writer_key(context: dict) -> str:
     A job from before uuids keeps its id, and so the key its staged rows already carry."""
     job = context.get("jobUuid") or context.get("jobId")
     key = f"{job}-{context.get('pipelineId')}-{context.get('readerIndex')}"
-    label = str(context.get("label", ""))
-    if label.startswith("sink[") and not label.startswith("sink[0]"):
-        key += f"-{label[5 : label.index(']')]}"
-    return key
+    index = later_sink(context)
+    return f"{key}-{index}" if index else key
 
 
 def fence_older_attempts(conn: psycopg.Connection, writer: str, attempt: int) -> None:

@@ -16,6 +16,14 @@ from urllib.parse import unquote
 _PREFIX = re.compile(r"^jdbc:(?P<sub>[A-Za-z][\w.+-]*(?::[A-Za-z][\w.+-]*)*?):(?P<rest>.*)$", re.S)
 
 
+#: A URL whose user:password holds an unencoded '/' or '?' (its hosts would be part of the
+#: password): said without echoing any of it.
+UNENCODED_USERINFO = (
+    "bad host in the URL: percent-encode a user:password before '@' ('/' as %2F, '?' as %3F),"
+    " or give them in the user and password options"
+)
+
+
 @dataclass(frozen=True)
 class JdbcUrl:
     """A parsed JDBC (or libpq) URL: ``hosts`` as (host, port or ""), IPv6 without brackets."""
@@ -68,8 +76,16 @@ def parse_jdbc_url(url: str) -> JdbcUrl:
         info, _, authority = authority.rpartition("@")
         user, _, password = info.partition(":")
         userinfo = (unquote(user), unquote(password))
-    hosts = tuple(_host(h) for h in authority.split(",")) if authority else ()
-    return JdbcUrl(sub, hosts, unquote(database), _params(query), userinfo)
+    params = _params(query)
+    if "@" in database or any("@" in key for key, _ in params):
+        raise ValueError(UNENCODED_USERINFO)  # a password's '/' or '?' split the authority
+    try:
+        hosts = tuple(_host(h) for h in authority.split(",")) if authority else ()
+    except ValueError:
+        if "@" in text:  # the text may be part of a password: never shown
+            raise ValueError(UNENCODED_USERINFO) from None
+        raise
+    return JdbcUrl(sub, hosts, unquote(database), params, userinfo)
 
 
 def _host(text: str) -> tuple[str, str]:

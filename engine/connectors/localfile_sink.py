@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from engine.connectors import filesavemodes
 from engine.connectors.arrowrows import arrow_schema
-from engine.connectors.base import Option, SinkPlugin, SinkWriter
+from engine.connectors.base import Option, SinkPlugin, SinkWriter, later_sink
 from engine.connectors.boundaries import Refused, resolve_file_path
 from engine.connectors.fileformats import (
     ARROW_FAILURES,
@@ -82,10 +82,8 @@ class Layout:
             f"part-{context.get('jobId', 0)}-{context.get('pipelineId', 0)}"
             f"-{context.get('readerIndex', 0)}"
         )
-        label = str(context.get("label", ""))
-        if label.startswith("sink[") and not label.startswith("sink[0]"):
-            # A second sink of the pipeline may write the same directory: its own parts.
-            self.key += f"-k{label[5 : label.index(']')]}"
+        if later_sink(context):  # a second sink may write the same directory: its own parts
+            self.key += f"-k{later_sink(context)}"
         columns = config.get("sink_columns") or schema.names
         self.partition_by = config.get("partition_by") if config.get("have_partition") else []
         if self.partition_by and not config.get("is_partition_field_write_in_file"):

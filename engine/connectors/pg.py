@@ -9,6 +9,7 @@ import psycopg
 from psycopg import sql
 
 from engine.connectors.boundaries import Refused, check_database
+from engine.connectors.jdbc_dialect import named_connection
 from engine.connectors.jdbc_url import parse_jdbc_url
 from engine.connectors.pg_url import pg_target, session_params
 
@@ -61,13 +62,8 @@ def credentials(config: dict) -> tuple[str, str, str, bool]:
     from the config (the URL's own ``user`` and ``password`` parameters stand in for missing
     options), which must then carry both user and password (the process's PGUSER, PGPASSWORD
     and password file are never used for a job)."""
-    name = config.get("connection")
-    if name:
-        from engine.models import Connection
-
-        stored = Connection.objects.filter(name=name).first()
-        if stored is None:
-            raise Refused(f"no connection named {name!r} (an admin creates them)")
+    stored = named_connection(config)
+    if stored is not None:
         url, user, password, named = stored.url, stored.user, stored.password(), True
     else:
         url, user, password, named = config.get("url") or "", config.get("user"), "", False

@@ -21,12 +21,9 @@ from engine.connectors.mysql.types import create_table_sql
 from engine.connectors.mysql.urls import parse_url
 from engine.connectors.mysql.writers import MySqlExactlyOnceWriter, MySqlWriter
 from engine.connectors.schema import Schema
+from engine.errortext import first_line
 
 log = logging.getLogger("keel.jdbc")
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or ["error"])[0]
 
 
 def _table_name(config: dict, database: str) -> tuple[str, str] | None:
@@ -114,7 +111,7 @@ class MySqlDialect(Dialect):
         except ValueError as exc:
             return [(option, str(exc))]
         except pymysql.MySQLError as exc:
-            return [(option, f"cannot connect: {_first_line(exc)}")]
+            return [(option, f"cannot connect: {first_line(exc)}")]
         if config["table"] and not columns and not missing_ok:
             return [("table", f"no table {config['table']!r} in database {database!r}")]
         return table_required_errors(config, table_required)
@@ -142,7 +139,7 @@ class MySqlDialect(Dialect):
                 except ValueError as exc:
                     return [("partition_column", str(exc))]
         except pymysql.MySQLError as exc:
-            return [(rows, _first_line(exc))]
+            return [(rows, first_line(exc))]
         return bound_errors(config, column, integer)
 
     def output_schema(self, config: dict) -> Schema:

@@ -11,6 +11,7 @@ from pymysql import err
 from pymysql.connections import Connection, LoadLocalPacketWrapper, MySQLResult
 
 from engine.connectors.boundaries import Refused
+from engine.connectors.jdbc_dialect import named_connection
 from engine.connectors.mysql.urls import MySqlUrl, check_target, parse_url
 
 #: The name a LOAD DATA statement gives its in-memory batch.
@@ -20,6 +21,15 @@ PACKET = 1 << 20
 Error = pymysql.MySQLError
 #: PyMySQL's error when TLS was asked for and the server offers none.
 SSL_UNSUPPORTED = 2026
+#: The server's error for a variable it does not have (MySQL has no max_statement_time).
+UNKNOWN_VARIABLE = 1193
+#: Seconds a statement waits for a lock (a table's metadata lock, a row's) before failing:
+#: a stuck session's lock ends this session's statement, never hangs it (as PostgreSQL's
+#: sink sessions' lock_timeout).
+LOCK_WAIT = 10
+#: Seconds a statement of a sink, save-mode or check session may run (PostgreSQL's sinks'
+#: statement_timeout); a split's streamed read has none: it lasts as long as its rows.
+STATEMENT_LIMIT = 300
 
 
 class _Result(MySQLResult):
@@ -60,13 +70,8 @@ class KeelConnection(Connection):
 def credentials(config: dict) -> tuple[str, str, str, bool]:
     """(url, user, password, named): an admin's named connection, or the config's url, user
     and password (both required: a job never borrows the process's own)."""
-    name = config.get("connection")
-    if name:
-        from engine.models import Connection
-
-        stored = Connection.objects.filter(name=name).first()
-        if stored is None:
-            raise Refused(f"no connection named {name!r} (an admin creates them)")
+    stored = named_connection(config)
+    if stored is not None:
         return stored.url, stored.user, stored.password(), True
     if not config.get("url"):
         raise Refused("give a url (with user and password), or a named connection")
@@ -133,6 +138,7 @@ def connect(
             raise Refused(f"sslMode {url.ssl_mode}: the server does not encrypt")
         with conn.cursor(pymysql.cursors.Cursor) as cur:
             cur.execute("SET time_zone = %s", (url.time_zone,))
+            _limits(cur, streaming)
             if read_only:
                 cur.execute("SET SESSION TRANSACTION READ ONLY")
         conn.commit()
@@ -141,6 +147,23 @@ def connect(
         raise
     conn.url = url  # type: ignore[attr-defined]
     return conn
+
+
+def _limits(cur, streaming: bool) -> None:
+    """The session's lock waits, and its statement time limit unless it streams a split:
+    MariaDB's ``max_statement_time`` (every statement), else MySQL's ``max_execution_time``
+    (its SELECTs)."""
+    cur.execute(
+        f"SET SESSION lock_wait_timeout = {LOCK_WAIT}, innodb_lock_wait_timeout = {LOCK_WAIT}"
+    )
+    if streaming:
+        return
+    try:
+        cur.execute(f"SET SESSION max_statement_time = {STATEMENT_LIMIT}")
+    except err.MySQLError as exc:
+        if exc.args[0] != UNKNOWN_VARIABLE:
+            raise
+        cur.execute(f"SET SESSION max_execution_time = {STATEMENT_LIMIT * 1000}")
 
 
 def _encrypted(conn: Connection) -> bool:

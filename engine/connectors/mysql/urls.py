@@ -11,10 +11,10 @@ from urllib.parse import parse_qsl, unquote
 from django.conf import settings
 
 from engine.connectors.boundaries import Refused, _pattern_matches
+from engine.connectors.jdbc_dialect import is_mysql_url
 
-#: The JDBC drivers a SeaTunnel config names for these servers.
-DRIVERS = ("com.mysql.cj.jdbc.Driver", "com.mysql.jdbc.Driver", "org.mariadb.jdbc.Driver")
 SCHEMES = ("mysql", "mariadb")
+CREDENTIALS_IN_URL = "put credentials in the user and password options, not in the URL"
 DEFAULT_PORT = 3306
 #: Seconds: connecting, and waiting on one read or write of the socket (a statement that
 #: sends nothing back for this long is given up).
@@ -76,28 +76,30 @@ class MySqlUrl:
     warnings: list[str] = field(default_factory=list)
 
 
-def is_mysql_url(url: str) -> bool:
-    return bool(re.match(r"^jdbc:(mysql|mariadb):", url or "", re.IGNORECASE))
-
-
 def parse_url(url: str, properties: dict | None = None) -> MySqlUrl:
     """The URL's parts; Refused (naming what is wrong) for anything else than one host, a
     database and parameters; unknown parameters are kept as warnings. ``properties``
     (SeaTunnel's option of driver parameters) apply after the URL's, as in Connector/J."""
-    match = _URL.match(url.strip())
+    match = _URL.match(url.strip()) if is_mysql_url(url) else None
     if not match:
         raise Refused("not a MySQL URL (jdbc:mysql://host:port/database)")
-    hosts = match["hosts"]
-    if "@" in hosts:
-        raise Refused("put credentials in the user and password options, not in the URL")
+    hosts, pairs = match["hosts"], parse_qsl(match["query"] or "", keep_blank_values=True)
+    # user:password@ (its '/' or '?' may split it: no part of it is ever shown)
+    if "@" in hosts or "@" in (match["db"] or "") or any("@" in k for k, _ in pairs):
+        raise Refused(CREDENTIALS_IN_URL)
     if not hosts or "," in hosts or hosts.startswith(("loadbalance", "replication")):
         raise Refused("the URL must name one host (jdbc:mysql://host:port/database)")
-    host, port = _host_port(hosts)
+    try:
+        host, port = _host_port(hosts)
+    except Refused:
+        if "@" in url:
+            raise Refused(CREDENTIALS_IN_URL) from None
+        raise
     database = unquote(match["db"] or "")
     if not database:
         raise Refused("the URL must name a database (jdbc:mysql://host:port/database)")
     parsed = MySqlUrl(match["scheme"].lower(), host, port, database)
-    for key, value in parse_qsl(match["query"] or "", keep_blank_values=True):
+    for key, value in pairs:
         _apply(parsed, key, value)
     for key, value in (properties or {}).items():
         _apply(parsed, str(key), str(value).lower() if isinstance(value, bool) else str(value))
@@ -131,7 +133,7 @@ def _apply(url: MySqlUrl, key: str, value: str) -> None:
     """One URL parameter (Connector/J's or the MariaDB driver's spelling) onto ``url``."""
     name = key.lower()
     if name in ("user", "password"):
-        raise Refused("put credentials in the user and password options, not in the URL")
+        raise Refused(CREDENTIALS_IN_URL)
     if name in ("usessl", "requiressl"):
         if not _true(value):
             url.ssl_mode = "DISABLED" if name == "usessl" else url.ssl_mode

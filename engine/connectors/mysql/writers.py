@@ -5,6 +5,7 @@ writer's older attempts by a row of ``keel_writer_fence`` (docs/decisions/0035).
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pyarrow as pa
@@ -15,6 +16,7 @@ from engine.connectors.batches import data
 from engine.connectors.jdbc_sessions import writer_key
 from engine.connectors.jdbc_statements import custom_statement, target_columns, upsert_keys
 from engine.connectors.mysql.sessions import (
+    LOCK_WAIT,
     connect,
     load_data,
     local_infile_allowed,
@@ -26,12 +28,24 @@ from engine.connectors.mysql.types import create_table_sql, load_payload
 from engine.connectors.schema import Schema, jsonable, kind_args
 
 FENCE_TABLE = "keel_writer_fence"
-#: Seconds a sink statement waits for a row lock (a stuck session's) before failing.
-LOCK_WAIT = 10
+STAGE_SUFFIX = "__keel_stage"
+#: MySQL's longest table name (characters).
+NAME_MAX = 64
 
 
 class Fenced(RuntimeError):
     """A newer attempt of this writer raised the fence: this one may commit nothing."""
+
+
+def stage_name(table: str) -> str:
+    """The stage of ``table``: ``<table>__keel_stage``, or when that is longer than MySQL
+    allows, the table's first characters and a digest of its whole name (stable: every
+    attempt of every writer of the table finds the same stage)."""
+    name = table + STAGE_SUFFIX
+    if len(name) <= NAME_MAX:
+        return name
+    digest = hashlib.blake2b(table.encode(), digest_size=8).hexdigest()
+    return f"{table[: NAME_MAX - len(STAGE_SUFFIX) - len(digest) - 1]}_{digest}{STAGE_SUFFIX}"
 
 
 def upsert_clause(columns: list[str], keys: list[str]) -> str:
@@ -78,7 +92,6 @@ class _MySqlSink(SinkWriter):
         self.conn = connect(config, program=f"keel-sink:{self.attempt}")
         try:
             self.bulk = local_infile_allowed(self.conn)
-            self.execute(f"SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT}")
             self.database, self.name = split_table(config, config.get("table") or "x")
         except BaseException:
             self.conn.close()
@@ -167,7 +180,7 @@ class MySqlExactlyOnceWriter(_MySqlSink):
             if config.get("query"):
                 raise ValueError("a custom query is not written exactly once on MySQL: use table")
             self.table = quote(f"{self.database}.{self.name}")
-            self.stage = quote(f"{self.database}.{self.name}__keel_stage")
+            self.stage = quote(f"{self.database}.{stage_name(self.name)}")
             self.fence = quote(f"{self.database}.{FENCE_TABLE}")
             self._open(context.get("restoredCheckpoint"))
         except BaseException:
@@ -197,7 +210,9 @@ class MySqlExactlyOnceWriter(_MySqlSink):
 
     def _ensure_stage(self) -> None:
         """The stage: every target column (nullable: a mark row has none), plus the writer,
-        attempt, checkpoint, mark and an order."""
+        attempt, checkpoint, mark and an order. A stage left by an older shape of the table
+        (a save mode recreated it) gains its new columns and takes its columns' new types;
+        columns the table lost stay, unused. Writers opening at once take turns (a lock)."""
         typed = table_columns(self.conn, self.database, self.name)
         cols = ", ".join(f"{quote(n)} {t} NULL" for n, t in typed)
         self.execute(
@@ -207,12 +222,27 @@ class MySqlExactlyOnceWriter(_MySqlSink):
             " keel_seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,"
             " KEY keel_writer_seq (keel_writer, keel_attempt, keel_seq)) DEFAULT CHARSET=utf8mb4"
         )
+        digest = hashlib.blake2b(self.stage.encode(), digest_size=16).hexdigest()
+        [(got,)] = self.execute("SELECT GET_LOCK(%s, %s)", (f"keel-stage:{digest}", LOCK_WAIT))
+        if text(got) != "1":
+            raise RuntimeError(f"{self.stage}: another writer is changing it (try again)")
+        try:
+            staged = dict(table_columns(self.conn, self.database, stage_name(self.name)))
+            changes = [
+                f"{'MODIFY' if n in staged else 'ADD'} COLUMN {quote(n)} {t} NULL"
+                for n, t in typed
+                if staged.get(n) != t
+            ]
+            if changes:
+                self.execute(f"ALTER TABLE {self.stage} {', '.join(changes)}")
+        finally:
+            self.execute("SELECT RELEASE_LOCK(%s)", (f"keel-stage:{digest}",))
 
-    def _locked(self) -> None:
+    def _locked(self, mode: str = "FOR UPDATE") -> None:
         """Lock the writer's fence row until the transaction ends; Fenced (after a rollback)
         unless the row still names this attempt."""
         rows = self.execute(
-            f"SELECT attempt FROM {self.fence} WHERE writer = %s FOR UPDATE", (self.writer,)
+            f"SELECT attempt FROM {self.fence} WHERE writer = %s {mode}", (self.writer,)
         )
         if not rows or int(text(rows[0][0])) != self.attempt:
             self.conn.rollback()
@@ -254,6 +284,18 @@ class MySqlExactlyOnceWriter(_MySqlSink):
 
     def write(self, batch) -> None:
         self.load(self.stage, batch, {"keel_writer": self.writer, "keel_attempt": self.attempt})
+        self.commit_staged()
+
+    def commit_staged(self) -> None:
+        """Commit what this attempt staged, unless a newer attempt raised the fence (Fenced,
+        rolled back): the newer one deletes the rows of older attempts once, so a row staged
+        after that (a zombie woken mid-LOAD DATA) must never be committed, or a later restore
+        would move it. The row lock orders this commit and a newer attempt's fence."""
+        try:
+            self._locked("LOCK IN SHARE MODE")
+        except BaseException:
+            self.conn.rollback()
+            raise
         self.conn.commit()
 
     def prepare_commit(self, checkpoint_id: int) -> dict:
@@ -263,7 +305,7 @@ class MySqlExactlyOnceWriter(_MySqlSink):
             " VALUES (%s, %s, %s, 1)",
             (self.writer, self.attempt, checkpoint_id),
         )
-        self.conn.commit()
+        self.commit_staged()
         return {"writer": self.writer, "attempt": self.attempt, "checkpoint": checkpoint_id}
 
     def commit(self, state: dict) -> None:
