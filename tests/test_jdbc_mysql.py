@@ -82,9 +82,8 @@ def test_a_mysql_job_plans_and_bad_options_are_named(mariadb):
     sink = "sink { Blackhole {} }"
     for extra, option, words in (
         ("partition_column = nope", "partition_column", "not a column of the rows"),
-        ('table_path = "other.x"', "table_path", "the url's is 'keel'"),
+        ('database = keel, table_path = "other.x"', "table_path", "the job's is 'keel'"),
         ('table_path = "a.b.c"', "table_path", "MySQL has no schemas"),
-        ("database = nope", "database", "not the url's database"),
     ):
         error = planning_error(f"{source}, {extra} }} }}\n{sink}")
         assert error["path"].endswith(f"Jdbc.{option}") and words in error["message"], error
@@ -257,3 +256,30 @@ def test_a_named_connection_reaches_mysql(mariadb):
     )
     assert error["path"] == "source[0].Jdbc.properties"
     assert "named connection" in error["message"]
+
+
+def test_a_job_may_name_another_database_and_a_user_without_a_password(mariadb):
+    """SeaTunnel's MySQL files: ``table_path = "source.table1"`` and a sink's ``database`` beside
+    a URL of another database (or of none), and root without a password."""
+    suffix = uuid.uuid4().hex[:8]
+    source_db, sink_db, user = f"src_{suffix}", f"snk_{suffix}", f"nopw_{suffix}"
+    with mariadb.root() as conn, conn.cursor() as cur:
+        for statement in (
+            f"CREATE DATABASE {source_db}",
+            f"CREATE DATABASE {sink_db}",
+            f"CREATE TABLE {source_db}.t (id bigint PRIMARY KEY, name varchar(20))",
+            f"INSERT INTO {source_db}.t SELECT seq, concat('n', seq) FROM keel.seq_1_to_25",
+            f"CREATE USER '{user}'@'%'",
+            f"GRANT ALL ON *.* TO '{user}'@'%'",
+        ):
+            cur.execute(statement)
+    url = mariadb.url.rsplit("/", 1)[0]  # no database
+    result = run_batch(
+        f"""env {{ job.mode = BATCH }}
+        source {{ Jdbc {{ url = "{url}/keel", user = {user}, password = "",
+          table_path = "{source_db}.t" }} }}
+        sink {{ Jdbc {{ url = "{url}", user = {user}, password = "",
+          database = {sink_db}, table = t }} }}"""
+    )
+    assert result["written"] == 25
+    assert mariadb.execute(f"SELECT count(*), min(name) FROM {sink_db}.t") == [(25, "n1")]

@@ -103,7 +103,6 @@ def test_urls_map_connector_j_parameters_and_warn_about_the_rest():
     )
     for bad, message in (  # CREDENTIALS_ONLY: the message, and no part of the URL
         ("jdbc:mysql://h1,h2/db", "one host"),
-        ("jdbc:mysql://h:3306", "database"),
         ("jdbc:mysql://root:pw@h/db", "credentials"),
         # A password's unencoded '/' or '?' splits the URL: no part of it is ever shown.
         ("jdbc:mysql://root:pa/zq7@h/db", CREDENTIALS_ONLY),

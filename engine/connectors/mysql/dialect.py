@@ -28,7 +28,8 @@ log = logging.getLogger("keel.jdbc")
 
 def _table_name(config: dict, database: str) -> tuple[str, str] | None:
     """``table_path`` (``database.table`` or ``table``) and ``table`` as the bare table name
-    in ``database`` (the URL's): a job never reaches another database than its URL's."""
+    in ``database`` (the job's: the URL's, or the one its options name, which the allow-list
+    admitted)."""
     names = []
     for option in ("table_path", "table"):
         parts = (config.get(option) or "").split(".")
@@ -37,14 +38,14 @@ def _table_name(config: dict, database: str) -> tuple[str, str] | None:
         if len(parts) > 2 or not all(parts):
             return (option, "must be database.table or table (MySQL has no schemas)")
         if len(parts) == 2 and parts[0] != database:
-            return (option, f"names database {parts[0]!r}, the url's is {database!r}")
+            return (option, f"names database {parts[0]!r}, the job's is {database!r}")
         names.append(parts[-1])
     if len(set(names)) > 1:
         return ("table_path", f"names another table than table ({config['table']!r})")
     if names:
         config["table"] = names[0]
     if config.get("database") and config["database"] != database:
-        return ("database", f"{config['database']!r} is not the url's database ({database!r})")
+        return ("database", f"{config['database']!r} is not the job's database ({database!r})")
     return None
 
 

@@ -4,6 +4,7 @@ LOAD DATA LOCAL INFILE fed from memory, never from a file: a server that asks fo
 
 from __future__ import annotations
 
+import dataclasses
 import ssl as ssllib
 
 import pymysql
@@ -75,9 +76,23 @@ def credentials(config: dict) -> tuple[str, str, str, bool]:
         return stored.url, stored.user, stored.password(), True
     if not config.get("url"):
         raise Refused("give a url (with user and password), or a named connection")
-    if not config.get("user") or not config.get("password"):
-        raise Refused("user and password are required (or a named connection)")
-    return config["url"], config["user"], config["password"], False
+    if not config.get("user"):
+        # An empty password is MySQL's own (root without one): PyMySQL reads no option file
+        # or environment, so the job never borrows the process's credentials.
+        raise Refused("user is required (or a named connection)")
+    return config["url"], config["user"], config.get("password") or "", False
+
+
+def requested_database(config: dict) -> str:
+    """The database a job names beside its URL: the ``database`` option, else the one
+    ``table_path`` (or ``table``) qualifies its table with (SeaTunnel's MySQL catalogs)."""
+    if config.get("database"):
+        return config["database"]
+    for option in ("table_path", "table"):
+        parts = (config.get(option) or "").split(".")
+        if len(parts) == 2 and all(parts):
+            return parts[0]
+    return ""
 
 
 def target(config: dict) -> tuple[MySqlUrl, str, str]:
@@ -85,6 +100,14 @@ def target(config: dict) -> tuple[MySqlUrl, str, str]:
     job, and its user and password (Refused otherwise)."""
     url, user, password, named = credentials(config)
     parsed = parse_url(url, config.get("properties"))
+    wanted = requested_database(config)
+    if wanted and wanted != parsed.database:
+        if named:
+            raise Refused(
+                f"the named connection's database is {parsed.database!r}, not {wanted!r}: "
+                "ask an admin for a connection to it"
+            )
+        parsed = dataclasses.replace(parsed, database=wanted)  # allowed as any URL would be
     check_target(parsed, named)
     return parsed, user, password
 

@@ -95,9 +95,7 @@ def parse_url(url: str, properties: dict | None = None) -> MySqlUrl:
         if "@" in url:
             raise Refused(CREDENTIALS_IN_URL) from None
         raise
-    database = unquote(match["db"] or "")
-    if not database:
-        raise Refused("the URL must name a database (jdbc:mysql://host:port/database)")
+    database = unquote(match["db"] or "")  # none: the table's or the database option's
     parsed = MySqlUrl(match["scheme"].lower(), host, port, database)
     for key, value in pairs:
         _apply(parsed, key, value)
