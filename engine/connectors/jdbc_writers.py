@@ -266,14 +266,17 @@ class ExactlyOnceJdbcWriter(SinkWriter):
     def _ensure_stage(self, schema_name: str, name: str, schema: Schema) -> None:
         """Create the staging table once. DDL takes an exclusive lock, so it runs only when
         something is missing: never queued behind another writer's open COPY."""
-        present = self.conn.execute(
-            "SELECT count(*) FROM information_schema.columns WHERE table_schema = %s "
-            "AND table_name = %s AND column_name IN ('keel_writer', 'keel_checkpoint', "
-            "'keel_seq', 'keel_mark')",
-            (schema_name, f"{name}__keel_stage"),
-        ).fetchone()[0]
+        present = {
+            row[0]
+            for row in self.conn.execute(
+                "SELECT column_name::text FROM information_schema.columns"
+                " WHERE table_schema = %s AND table_name = %s",
+                (schema_name, f"{name}__keel_stage"),
+            )
+        }
         self.conn.commit()
-        if present == 4:
+        wanted = {"keel_writer", "keel_checkpoint", "keel_seq", "keel_mark", *self.columns}
+        if wanted <= present:
             return
         # Readers of one job open their writers at the same moment: serialise the DDL (two
         # concurrent CREATE TABLE IF NOT EXISTS can both try to create the table).
@@ -297,6 +300,14 @@ class ExactlyOnceJdbcWriter(SinkWriter):
                 sql.SQL(
                     "CREATE TABLE IF NOT EXISTS {stage} AS SELECT {cols} FROM {t} WITH NO DATA"
                 ).format(stage=self.stage, cols=self.cols, t=self.table)
+            )
+        # A stage left by an earlier job whose table had other columns (RECREATE_SCHEMA):
+        # the new ones come as text, cast to the target's types when committed.
+        for column in (c for c in self.columns if present and c not in present):
+            self.conn.execute(
+                sql.SQL("ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS {c} text").format(
+                    stage=self.stage, c=sql.Identifier(column)
+                )
             )
         for ddl in (
             "ALTER TABLE {stage} ADD COLUMN IF NOT EXISTS keel_writer text",
