@@ -283,3 +283,24 @@ def test_a_job_may_name_another_database_and_a_user_without_a_password(mariadb):
     )
     assert result["written"] == 25
     assert mariadb.execute(f"SELECT count(*), min(name) FROM {sink_db}.t") == [(25, "n1")]
+    # The database in ``table`` (no table_path) is the job's too, from planning to the rows.
+    result = run_batch(
+        f"""env {{ job.mode = BATCH }}
+        source {{ Jdbc {{ url = "{url}/keel", user = {user}, password = "",
+          table = "{source_db}.t" }} }}
+        sink {{ Jdbc {{ url = "{url}/keel", user = {user}, password = "",
+          table = "{sink_db}.t", data_save_mode = DROP_DATA }} }}"""
+    )
+    assert result["written"] == 25
+    assert mariadb.execute(f"SELECT count(*) FROM {sink_db}.t") == [(25,)]
+
+
+def test_an_enum_cannot_split_a_source(mariadb):
+    table = new_table(
+        mariadb, "id int PRIMARY KEY, kind enum('c', 'b', 'a')", "VALUES (1, 'a'), (2, 'c')"
+    )
+    error = planning_error(
+        f"source {{ Jdbc {{ {mysql_options(mariadb)}, table = {table},"
+        " partition_column = kind } }\nsink { Blackhole { } }"
+    )
+    assert error["path"].endswith("Jdbc.partition_column") and "is enum" in error["message"]

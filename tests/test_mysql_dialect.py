@@ -346,14 +346,18 @@ def test_a_stage_follows_a_recreated_table_and_fits_a_long_table_name(mariadb):
 
 
 def test_sessions_never_wait_long_for_a_lock_or_a_statement(mariadb):
-    variables = "@@lock_wait_timeout, @@innodb_lock_wait_timeout, @@max_statement_time"
-    for options in ({}, {"read_only": True}, {"program": "keel-savemode"}):
+    variables = (
+        "@@lock_wait_timeout, @@innodb_lock_wait_timeout, @@max_statement_time, @@max_sort_length"
+    )
+    for options in ({}, {"program": "keel-savemode"}):
         with connect(mariadb.config(), **options) as conn, conn.cursor() as cur:
             cur.execute(f"SELECT {variables}")
-            assert [float(v) for v in cur.fetchone()] == [10, 10, 300]
-    with connect(mariadb.config(), read_only=True, streaming=True) as conn, conn.cursor() as cur:
-        cur.execute(f"SELECT {variables}")  # a split's read lasts as long as its rows
-        assert [float(v) for v in cur.fetchone()] == [10, 10, 0]
+            assert [float(v) for v in cur.fetchone()] == [10, 10, 300, 8388608]
+    # A split's read, and the scans that plan splits, last as long as the table is large.
+    for options in ({"read_only": True}, {"read_only": True, "streaming": True}):
+        with connect(mariadb.config(), **options) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT {variables}")
+            assert [float(v) for v in cur.fetchone()] == [10, 10, 0, 8388608]
 
 
 def test_a_commit_is_all_or_nothing(mariadb):

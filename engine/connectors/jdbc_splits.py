@@ -107,6 +107,7 @@ def plan_splits(
     low, high, nulls, count = stats
     base = {"column": column, "order": [column, *[k for k in keys if k != column]]}
     base["total"] = bool(keys)
+    base["byteOrder"] = True  # ties broken byte by byte (a split made before: by collation)
     splits = []
     if low is not None:
         if config.get("split.size") and not config.get("partition_column"):
@@ -142,7 +143,7 @@ def plan_value_splits(
     non-null values)."""
     nulls, count = (int(n) for n in counts)
     base = {"column": column, "order": [column, *[k for k in keys if k != column]]}
-    base |= {"total": bool(keys), "values": True}
+    base |= {"total": bool(keys), "values": True, "byteOrder": True}
     splits = []
     if count:
         if config.get("split.size") and not config.get("partition_column"):

@@ -193,7 +193,14 @@ class PostgresDialect(Dialect):
             column = config["partition_column"] or next(iter(keys), "")
             if not column:
                 return [
-                    {"splitId": "all", "column": None, "low": None, "high": None, "total": False}
+                    {
+                        "splitId": "all",
+                        "column": None,
+                        "low": None,
+                        "high": None,
+                        "total": False,
+                        "byteOrder": True,
+                    }
                 ]
             c = sql.Identifier(column)
             if dict(_columns(conn, config)).get(column) not in INTEGER_TYPE_NAMES + INTEGER_TYPES:
@@ -246,7 +253,10 @@ class PostgresDialect(Dialect):
         if not split.get("total", True):
             # No primary key in the order: the row's text breaks ties, byte by byte (rows of
             # the same text are the same values, interchangeable).
-            order.append(sql.SQL('keel_query::text COLLATE "C"'))
+            # A split made before byte order keeps its collation's order, so a restore from
+            # its checkpoint resumes at the same row.
+            collate = ' COLLATE "C"' if split.get("byteOrder") else ""
+            order.append(sql.SQL("keel_query::text" + collate))
         with connect_read_only(config) as conn:
             typed = _typed(conn, config)
             query = (

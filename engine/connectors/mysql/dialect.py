@@ -39,6 +39,9 @@ def _table_name(config: dict, database: str) -> tuple[str, str] | None:
             return (option, "must be database.table or table (MySQL has no schemas)")
         if len(parts) == 2 and parts[0] != database:
             return (option, f"names database {parts[0]!r}, the job's is {database!r}")
+        if len(parts) == 2:
+            # The bare name replaces ``table`` below: the database stays the job's.
+            config["database"] = config.get("database") or parts[0]
         names.append(parts[-1])
     if len(set(names)) > 1:
         return ("table_path", f"names another table than table ({config['table']!r})")

@@ -22,6 +22,8 @@ PACKET = 1 << 20
 Error = pymysql.MySQLError
 #: PyMySQL's error when TLS was asked for and the server offers none.
 SSL_UNSUPPORTED = 2026
+#: The largest ORDER BY key the server compares (its maximum): keys are never cut.
+MAX_SORT_LENGTH = 8_388_608
 #: The server's error for a variable it does not have (MySQL has no max_statement_time).
 UNKNOWN_VARIABLE = 1193
 #: Seconds a statement waits for a lock (a table's metadata lock, a row's) before failing:
@@ -161,7 +163,7 @@ def connect(
             raise Refused(f"sslMode {url.ssl_mode}: the server does not encrypt")
         with conn.cursor(pymysql.cursors.Cursor) as cur:
             cur.execute("SET time_zone = %s", (url.time_zone,))
-            _limits(cur, streaming)
+            _limits(cur, streaming or read_only)
             if read_only:
                 cur.execute("SET SESSION TRANSACTION READ ONLY")
         conn.commit()
@@ -172,14 +174,17 @@ def connect(
     return conn
 
 
-def _limits(cur, streaming: bool) -> None:
-    """The session's lock waits, and its statement time limit unless it streams a split:
-    MariaDB's ``max_statement_time`` (every statement), else MySQL's ``max_execution_time``
-    (its SELECTs)."""
+def _limits(cur, reads: bool) -> None:
+    """The session's lock waits; ORDER BY keys compared whole (the default cuts them at 1024
+    bytes, and a split's order must be total); and, for a session that writes, a statement
+    time limit: MariaDB's ``max_statement_time`` (every statement), else MySQL's
+    ``max_execution_time``. A reading session has none: a split, or the scans that plan
+    splits, last as long as the table is large (as on PostgreSQL)."""
     cur.execute(
-        f"SET SESSION lock_wait_timeout = {LOCK_WAIT}, innodb_lock_wait_timeout = {LOCK_WAIT}"
+        f"SET SESSION lock_wait_timeout = {LOCK_WAIT}, innodb_lock_wait_timeout = {LOCK_WAIT},"
+        f" max_sort_length = {MAX_SORT_LENGTH}"
     )
-    if streaming:
+    if reads:
         return
     try:
         cur.execute(f"SET SESSION max_statement_time = {STATEMENT_LIMIT}")

@@ -101,6 +101,11 @@ def output_schema(config: dict) -> Schema:
         return Schema(tuple((name, kind) for name, _, kind in columns(conn, config)))
 
 
+#: Types whose ORDER BY is not their comparison with a literal (an ENUM sorts by its
+#: position in the definition, a SET by its bits, MySQL's JSON by its own rules).
+UNSPLITTABLE = frozenset({"enum", "set", "json"})
+
+
 def partition_column(conn, config: dict) -> tuple[str, list[str], bool]:
     """The column to split by (``partition_column``, else the table's first key column), the
     table's primary key and whether the column is an integer column (else it is cut at its
@@ -112,7 +117,13 @@ def partition_column(conn, config: dict) -> tuple[str, list[str], bool]:
     types = {name: column_type for name, column_type, _ in columns(conn, config)}
     if column not in types:
         raise ValueError(f"{column!r} is not a column of the rows")
-    return column, keys, parse_type(types[column])[0] in INTEGER_TYPES
+    base = parse_type(types[column])[0]
+    if base in UNSPLITTABLE:
+        raise ValueError(
+            f"{column!r} is {base}: MySQL orders it otherwise than it compares it with a "
+            "value, so its ranges would overlap; name another partition_column"
+        )
+    return column, keys, base in INTEGER_TYPES
 
 
 def create_splits(config: dict) -> list[dict]:

@@ -283,16 +283,21 @@ class MySqlExactlyOnceWriter(_MySqlSink):
         return moved
 
     def write(self, batch) -> None:
-        self.load(self.stage, batch, {"keel_writer": self.writer, "keel_attempt": self.attempt})
-        self.commit_staged()
+        self.staged(
+            lambda: self.load(
+                self.stage, batch, {"keel_writer": self.writer, "keel_attempt": self.attempt}
+            )
+        )
 
-    def commit_staged(self) -> None:
-        """Commit what this attempt staged, unless a newer attempt raised the fence (Fenced,
-        rolled back): the newer one deletes the rows of older attempts once, so a row staged
-        after that (a zombie woken mid-LOAD DATA) must never be committed, or a later restore
-        would move it. The row lock orders this commit and a newer attempt's fence."""
+    def staged(self, work) -> None:
+        """Stage in one transaction that first holds the fence row shared, unless a newer
+        attempt raised it (Fenced, rolled back): the newer one deletes the rows of older
+        attempts once, so a row staged after that (a zombie woken mid-LOAD DATA) must never be
+        committed, or a later restore would move it. The fence row is locked before the stage
+        rows, in the order a newer attempt's fence takes them: no lock cycle."""
         try:
             self._locked("LOCK IN SHARE MODE")
+            work()
         except BaseException:
             self.conn.rollback()
             raise
@@ -300,12 +305,13 @@ class MySqlExactlyOnceWriter(_MySqlSink):
 
     def prepare_commit(self, checkpoint_id: int) -> dict:
         """Mark the cut: a row above every row this attempt staged before the barrier."""
-        self.execute(
-            f"INSERT INTO {self.stage} (keel_writer, keel_attempt, keel_checkpoint, keel_mark)"
-            " VALUES (%s, %s, %s, 1)",
-            (self.writer, self.attempt, checkpoint_id),
+        self.staged(
+            lambda: self.execute(
+                f"INSERT INTO {self.stage} (keel_writer, keel_attempt, keel_checkpoint, keel_mark)"
+                " VALUES (%s, %s, %s, 1)",
+                (self.writer, self.attempt, checkpoint_id),
+            )
         )
-        self.commit_staged()
         return {"writer": self.writer, "attempt": self.attempt, "checkpoint": checkpoint_id}
 
     def commit(self, state: dict) -> None:
