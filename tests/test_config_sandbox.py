@@ -10,7 +10,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pyhocon import ConfigFactory
@@ -69,14 +68,6 @@ def test_variables_passed_with_the_submission_resolve(api, probe_env):
     assert response.status_code == 400
     bad = errors_of(submit(api, config, variables={"who": "x", "par": "1", "no good": "1"}))
     assert bad[0]["path"] == "variables.no good"
-
-
-def test_run_submit_takes_variables_with_i(db, tmp_path, capsys):
-    path = tmp_path / "job.conf"
-    path.write_text(f"env {{ job.name = ${{name}} }}\n{PLUGINS}")
-    call_command("submit", str(path), "-i", "name=from-the-command-line")
-    job_id = int(capsys.readouterr().out.strip())
-    assert Job.objects.get(id=job_id).name == "from-the-command-line"
 
 
 def test_include_file_is_refused_and_nothing_is_read(api, tmp_path):

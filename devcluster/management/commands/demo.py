@@ -89,7 +89,7 @@ class Command(BaseCommand):
                         f"  Processes:  {', '.join(p.name for p in spec.processes)} "
                         f"(logs in {cluster.dir})",
                         f"  Jobs:       {submitted}",
-                        "  Submit:     ./run submit examples/fake_to_blackhole.batch.conf --wait",
+                        "  Submit:     ./run submit -c examples/fake_to_blackhole.batch.conf",
                         "  Chaos:      a random worker is killed every "
                         f"{opts['chaos_interval']:g} s and started again"
                         if opts["chaos"]
