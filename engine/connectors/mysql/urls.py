@@ -6,26 +6,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, unquote
 
 from django.conf import settings
 
 from engine.connectors.boundaries import Refused, _pattern_matches
 from engine.connectors.jdbc_dialect import is_mysql_url
+from engine.connectors.jdbc_url import parse_jdbc_url
 
 SCHEMES = ("mysql", "mariadb")
 CREDENTIALS_IN_URL = "put credentials in the user and password options, not in the URL"
 DEFAULT_PORT = 3306
+ONE_HOST = "the URL must name one host (jdbc:mysql://host:port/database)"
 #: Seconds: connecting, and waiting on one read or write of the socket (a statement that
 #: sends nothing back for this long is given up).
 CONNECT_TIMEOUT = 5.0
 SOCKET_TIMEOUT = 300.0
 
-_URL = re.compile(
-    r"^jdbc:(?P<scheme>mysql|mariadb):(?://)?(?P<hosts>[^/?]*)(?:/(?P<db>[^?]*))?"
-    r"(?:\?(?P<query>.*))?$",
-    re.IGNORECASE,
-)
 #: Java charset names (characterEncoding) as MySQL's.
 CHARSETS = {
     "utf-8": "utf8mb4",
@@ -80,41 +76,31 @@ def parse_url(url: str, properties: dict | None = None) -> MySqlUrl:
     """The URL's parts; Refused (naming what is wrong) for anything else than one host, a
     database and parameters; unknown parameters are kept as warnings. ``properties``
     (SeaTunnel's option of driver parameters) apply after the URL's, as in Connector/J."""
-    match = _URL.match(url.strip()) if is_mysql_url(url) else None
-    if not match:
+    rest = url.strip().split(":", 2)[2] if is_mysql_url(url) else ""
+    # Connector/J's load-balanced and replication forms (jdbc:mysql:loadbalance://...).
+    if rest.lower().startswith(("loadbalance:", "replication:")):
+        raise Refused(ONE_HOST)
+    if not rest.startswith("//"):
         raise Refused("not a MySQL URL (jdbc:mysql://host:port/database)")
-    hosts, pairs = match["hosts"], parse_qsl(match["query"] or "", keep_blank_values=True)
-    # user:password@ (its '/' or '?' may split it: no part of it is ever shown)
-    if "@" in hosts or "@" in (match["db"] or "") or any("@" in k for k, _ in pairs):
-        raise Refused(CREDENTIALS_IN_URL)
-    if not hosts or "," in hosts or hosts.startswith(("loadbalance", "replication")):
-        raise Refused("the URL must name one host (jdbc:mysql://host:port/database)")
     try:
-        host, port = _host_port(hosts)
-    except Refused:
-        if "@" in url:
-            raise Refused(CREDENTIALS_IN_URL) from None
-        raise
-    database = unquote(match["db"] or "")  # none: the table's or the database option's
-    parsed = MySqlUrl(match["scheme"].lower(), host, port, database)
-    for key, value in pairs:
+        given = parse_jdbc_url(url)
+    except ValueError as exc:
+        # A user:password whose '/' or '?' split the URL: no part of it is ever shown.
+        raise Refused(CREDENTIALS_IN_URL if "@" in url else str(exc)) from None
+    if any(given.userinfo):
+        raise Refused(CREDENTIALS_IN_URL)
+    if len(given.hosts) != 1:
+        raise Refused(ONE_HOST)
+    host, port = given.hosts[0]
+    if port and not 0 < int(port) < 65536:
+        raise Refused(f"port {port!r} is not a port number")
+    # No database: the table's or the database option's.
+    parsed = MySqlUrl(given.subprotocol, host, int(port or DEFAULT_PORT), given.database)
+    for key, value in given.params:
         _apply(parsed, key, value)
     for key, value in (properties or {}).items():
         _apply(parsed, str(key), str(value).lower() if isinstance(value, bool) else str(value))
     return parsed
-
-
-def _host_port(text: str) -> tuple[str, int]:
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port = rest.lstrip(":")
-    else:
-        host, _, port = text.partition(":")
-    if not port:
-        return host, DEFAULT_PORT
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise Refused(f"port {port!r} is not a port number")
-    return host, int(port)
 
 
 def _true(value: str) -> bool:
