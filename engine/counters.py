@@ -22,6 +22,7 @@ RECOVERY_ATTEMPTS = "recovery_attempts"
 DIRTY_TRANSITIONS = "dirty_transitions"
 ROWS_RETIRED = "rows_retired"  # label: read | written
 BYTES_RETIRED = "bytes_retired"  # label: read | written (Arrow bytes, as rows_retired)
+JOBS_ENDED = "jobs_ended"  # label: the terminal status (FINISHED, FAILED, CANCELED)
 
 #: Upper bounds of the checkpoint-duration histogram's buckets, in seconds.
 CHECKPOINT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)

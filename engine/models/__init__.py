@@ -16,6 +16,7 @@ from .events import EngineEvent
 from .fields import OrderedJSONField
 from .jobs import ControlStep, Job, Pipeline, SplitAssignment, TaskGroup
 from .metrics import MetricTotal
+from .observability import JobException, TaskLogLine
 from .throughput import ThroughputSample
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "EngineEvent",
     "Job",
     "JobCleanupRecord",
+    "JobException",
     "MasterCandidate",
     "MasterLease",
     "Member",
@@ -42,5 +44,6 @@ __all__ = [
     "SplitAssignment",
     "TaskCheckpoint",
     "TaskGroup",
+    "TaskLogLine",
     "ThroughputSample",
 ]

@@ -45,6 +45,8 @@ class TaskCheckpoint(models.Model):
     attempt = models.IntegerField()
     state = OrderedJSONField()
     acked_at = models.DateTimeField(db_default=Now())
+    #: The size of ``state`` as stored (its JSON text, in bytes).
+    size_bytes = models.BigIntegerField(default=0, db_default=0)
     #: When the task group committed its sinks' state for this (completed) checkpoint.
     committed_at = models.DateTimeField(null=True, blank=True)
 

@@ -161,6 +161,8 @@ class TaskGroup(models.Model):
     #: Wall-clock and thread CPU seconds the data plane ran (for per-slot throughput).
     busy_seconds = models.FloatField(default=0.0)
     cpu_seconds = models.FloatField(default=0.0)
+    #: Wall-clock seconds its data plane waited on its output (back-pressure), both lanes.
+    blocked_seconds = models.FloatField(default=0.0, db_default=0.0)
     #: A Lane A task group's runtime metrics, as its last report had them (mailbox, admissions,
     #: assignments by state, poll or coordinator counters); null in Lane B.
     source_runtime = models.JSONField(null=True, blank=True)

@@ -1,0 +1,66 @@
+"""What the job page shows beyond state: each failure of a task group with its traceback, and
+the task groups' log lines, both kept in PostgreSQL (any web process shows any worker's) and
+bounded per job or task group (engine.jobs.exceptions, engine.member.tasklogs)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models.functions import Now
+
+from .cluster import Member
+from .jobs import Job, TaskGroup
+
+
+class JobException(models.Model):
+    """One failure of a task group attempt: reported by its worker (error and traceback) or
+    recorded by the master when the worker was lost. The newest few are kept per job."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="exceptions")
+    at = models.DateTimeField(db_default=Now())
+    task_group = models.ForeignKey(
+        TaskGroup, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    pipeline_index = models.IntegerField(null=True, blank=True)
+    attempt = models.IntegerField()
+    member = models.ForeignKey(
+        Member, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    #: The member's name when it failed (kept if the member row goes).
+    member_name = models.CharField(max_length=200, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    #: The attempt failed because its member was lost (not by an error of its own).
+    member_lost = models.BooleanField(default=False)
+    #: The failure made the master restore the pipeline (rather than fail the job).
+    caused_restore = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["job", "-id"], name="jobexception_job_newest")]
+
+    def __str__(self) -> str:
+        return f"failure of task group {self.task_group_id} attempt {self.attempt}"
+
+
+class TaskLogLine(models.Model):
+    """A log line a task group's thread wrote on its worker, shipped in batches."""
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    task_group = models.ForeignKey(TaskGroup, on_delete=models.CASCADE, related_name="+")
+    attempt = models.IntegerField()
+    at = models.DateTimeField()
+    #: The ``logging`` level number (20 INFO, 30 WARNING, ...).
+    level = models.SmallIntegerField()
+    logger = models.CharField(max_length=200, blank=True, default="")
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["job", "id"], name="tasklog_job_id"),
+            models.Index(fields=["task_group", "id"], name="tasklog_taskgroup_id"),
+        ]
+
+    def __str__(self) -> str:
+        return f"task group {self.task_group_id}: {self.message[:40]}"
