@@ -6,18 +6,19 @@ from __future__ import annotations
 import re
 from urllib.parse import urlencode
 
-from django.core.paginator import Paginator
 from django.db.models import Count, Q, Sum
 from django.template.loader import render_to_string
 
+from dashboard import job_sections
+from dashboard.filters import accepted, filtered, page_of
 from engine import dirty, queries
+from engine.api.filters import MAX_SEARCH, JobFilter
 from engine.jobs import summary as job_summary
 from engine.jobs import throughput
 from engine.models import Job, JobCleanupRecord
 from engine.roles import CANCEL_JOB, DRAIN_MEMBER
 from engine.states import JOB_TERMINAL, CleanupKind, DirtyEvaluation, JobStatus
 
-PAGE_SIZE = 50
 _JOB_TOPIC = re.compile(r"^job\.(\d{1,18})$")
 
 
@@ -32,40 +33,37 @@ def topic(text: str) -> str | None:
 
 
 def job_filters(query) -> dict[str, str]:
-    """The filters of the jobs page, as they stand in its URL (unknown values dropped)."""
-    status = query.get("jobStatus", "")
-    evaluation = query.get("evaluationStatus", "")
-    return {
-        "jobStatus": status if status in JobStatus.values else "",
-        "evaluationStatus": evaluation if evaluation in DirtyEvaluation.values else "",
-        "q": query.get("q", "").strip()[:100],
-        "page": query.get("page", "1") if str(query.get("page", "1")).isdigit() else "1",
+    """The filters of the jobs page, as they stand in its URL: as the API's ``JobFilter``
+    takes them, those it refuses dropped (the search cut to its longest, as typed)."""
+    typed = {
+        "jobStatus": query.get("jobStatus", ""),
+        "evaluationStatus": query.get("evaluationStatus", ""),
+        "q": str(query.get("q", "")).strip()[:MAX_SEARCH],
     }
+    page = str(query.get("page", "1"))
+    return {**accepted(JobFilter, typed, typed.keys()), "page": page if page.isdigit() else "1"}
 
 
 def jobs_context(query) -> dict:
     filters = job_filters(query)
-    base = Job.objects.all()
-    if filters["jobStatus"]:
-        base = base.filter(status=filters["jobStatus"])
-    if filters["q"]:
-        match = Q(name__icontains=filters["q"])
-        if filters["q"].isdigit():
-            match |= Q(id=int(filters["q"]))
-        base = base.filter(match)
+    # The health counts are of the jobs the other filters leave, whatever their health.
+    others = {**filters, "evaluationStatus": ""}
+    base = filtered(JobFilter, others, dirty.annotate(Job.objects.all()))
     counts = dict.fromkeys(DirtyEvaluation.values, 0)
-    for row in dirty.annotate(base).order_by().values("dirty_evaluation").annotate(n=Count("id")):
+    for row in base.order_by().values("dirty_evaluation").annotate(n=Count("id")):
         counts[row["dirty_evaluation"]] = row["n"]
-    jobs = dirty.annotate(
-        base.annotate(
-            rows_per_second=Sum(
-                "task_groups__rows_per_second", filter=Q(task_groups__status="RUNNING")
+    jobs = filtered(
+        JobFilter,
+        filters,
+        dirty.annotate(
+            Job.objects.annotate(
+                rows_per_second=Sum(
+                    "task_groups__rows_per_second", filter=Q(task_groups__status="RUNNING")
+                )
             )
-        )
+        ),
     )
-    if filters["evaluationStatus"]:
-        jobs = jobs.filter(dirty_evaluation=filters["evaluationStatus"])
-    page = Paginator(jobs.order_by("-id"), PAGE_SIZE).get_page(filters["page"])
+    page = page_of(jobs.order_by("-id"), filters["page"])
     return {
         "filters": filters,
         "jobs": page.object_list,
@@ -85,11 +83,13 @@ def jobs_context(query) -> dict:
 # -- the job page --------------------------------------------------------------------------------
 
 
-def job_context(job: Job, user=None) -> dict:
+def job_context(job: Job, user=None, query=None) -> dict:
+    """The job page's context; ``query`` is the page's (its logs' filters)."""
     history = getattr(job, "history", None)
     ended = job.status in JOB_TERMINAL and history is not None and history.summary
     snapshot = history.summary if ended else job_summary.snapshot(job)
     return {
+        **job_sections.sections(job.id, snapshot, query or {}),
         "job": job,
         # In the live part of the page: the button goes as soon as the job has ended.
         "can_cancel": bool(user and user.has_perm(CANCEL_JOB)) and job.status not in JOB_TERMINAL,
@@ -101,16 +101,20 @@ def job_context(job: Job, user=None) -> dict:
         ).first(),
         "dirty": dirty.job_summary(job),
         "episodes": dirty.job_episodes(job),
-        "events": queries.job_events(job.id, 30),
         "sparkline": throughput.sparkline(throughput.recent(job.id)),
         "throughput": (throughput.recent(job.id, 1) or [None])[-1],
     }
 
 
+#: The recent jobs the cluster page lists.
+RECENT_JOBS = 20
+
+
 def cluster_context(query, user=None) -> dict:
-    recovery = query.get("recovery", "")
-    if recovery not in DirtyEvaluation.values:
-        recovery = ""
+    # ``?recovery=`` is the API's ``evaluationStatus`` under the page's own name.
+    recovery = accepted(
+        JobFilter, {"evaluationStatus": query.get("recovery", "")}, ["evaluationStatus"]
+    )
     grid: dict[str, list[dict]] = {}
     for slot in queries.slots():
         grid.setdefault(slot["member"]["name"], []).append(slot)
@@ -119,8 +123,8 @@ def cluster_context(query, user=None) -> dict:
         "members": queries.members()[:200],
         "slot_grid": sorted(grid.items()),
         "feed": queries.recent_events(20),
-        "jobs": queries.recent_jobs(recovery=recovery or None),
-        "recovery": recovery,
+        "jobs": filtered(JobFilter, recovery, queries.jobs_with_rows())[:RECENT_JOBS],
+        "recovery": recovery["evaluationStatus"],
         "recovery_choices": DirtyEvaluation.values,
         "can_drain": bool(user and user.has_perm(DRAIN_MEMBER)),
     }
@@ -143,7 +147,7 @@ def fragments(topic: str, query: dict, user, seq: int) -> str:
         if job is None:
             body = ""
         else:
-            data = {**context, **job_context(job, user)}
+            data = {**context, **job_context(job, user, query)}
             inner = render_to_string("dashboard/htmx/job.html", data)
             body = f'<div id="job" hx-swap-oob="innerHTML">{inner}</div>'
     return f'{body}<span id="live-seq" data-seq="{seq}" hx-swap-oob="true"></span>'

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -21,12 +22,15 @@ from engine import queries
 from engine.api.serializers.events import EngineEventSerializer
 from engine.dbsession import connect_dedicated
 from engine.events import EVENTS_CHANNEL
+from engine.jobs.tasklog_reading import LOGS_CHANNEL, jobs_notified
 from engine.jobs.throughput import SAMPLES_CHANNEL
 
 log = logging.getLogger("keel.relay")
 #: Without a notification (one lost with a dropped session), look anyway this often; and
 #: notice a stop request as soon.
 STOP_CHECK = 1.0
+#: A job's page redraws for new task log lines at most this often (seconds).
+LOGS_FORWARD_INTERVAL = 1.0
 BATCH = 500
 
 _started = threading.Lock()
@@ -58,16 +62,23 @@ class Relay(threading.Thread):
                 with connect_dedicated("keel-relay") as conn:
                     conn.execute(f"LISTEN {EVENTS_CHANNEL}")
                     conn.execute(f"LISTEN {SAMPLES_CHANNEL}")
+                    conn.execute(f"LISTEN {LOGS_CHANNEL}")
                     delay = 0.5
-                    sampled = False
+                    sampled, logged, logs_sent = False, set(), 0.0
                     while not self.stopping.is_set():
                         while self.forward():
                             pass
                         if sampled:
                             self.forward_samples()
-                        sampled = any(
-                            n.channel == SAMPLES_CHANNEL
-                            for n in conn.notifies(timeout=STOP_CHECK, stop_after=1)
+                        # Every worker ships twice a second: a job's pages redraw for new
+                        # lines at most once per LOGS_FORWARD_INTERVAL, whatever the workers.
+                        if logged and time.monotonic() - logs_sent >= LOGS_FORWARD_INTERVAL:
+                            self.forward_logs(logged)
+                            logged, logs_sent = set(), time.monotonic()
+                        heard = list(conn.notifies(timeout=STOP_CHECK, stop_after=1))
+                        sampled = any(n.channel == SAMPLES_CHANNEL for n in heard)
+                        logged |= jobs_notified(
+                            n.payload for n in heard if n.channel == LOGS_CHANNEL
                         )
             except Exception as exc:  # the database or the layer blipped: carry on after it
                 log.warning("event relay: %s; starting again in %.1f s", exc, delay)
@@ -88,6 +99,13 @@ class Relay(threading.Thread):
         message = {"type": "relay.samples"}
         for group in ["jobs", *(f"job.{job_id}" for job_id in running)]:
             send(group, message)
+
+    def forward_logs(self, jobs: set[int]) -> None:
+        """Task groups of these jobs wrote log lines (engine.member.tasklog_shipping): their
+        pages redraw, as for new samples."""
+        send = async_to_sync(self.layer.group_send)
+        for job_id in sorted(jobs):
+            send(f"job.{job_id}", {"type": "relay.samples"})
 
     def forward(self) -> bool:
         """Send the events after ``after`` to their groups; True if a full batch went out."""

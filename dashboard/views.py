@@ -8,7 +8,6 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
-from django.core.paginator import Paginator
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -16,7 +15,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import live
+from dashboard.filters import accepted, filtered, page_of
 from engine import queries
+from engine.api.filters import CleanupRecordFilter, JobHistoryFilter
 from engine.jobconfig import ConfigError
 from engine.jobs.cancel import JobStateError, cancel_job
 from engine.jobs.drain import DrainRefused, request_drain
@@ -60,20 +61,17 @@ def jobs(request: HttpRequest) -> HttpResponse:
 
 @viewer_page
 def job(request: HttpRequest, job_id: int) -> HttpResponse:
-    """One job: status, pipelines, dirty-job label, recovery episodes, events (live)."""
+    """One job: status, graph, pipelines, checkpoints, exceptions, dirty-job label, recovery
+    episodes, events and logs (``?logLevel=&logTaskGroup=``), live."""
     seq = queries.latest_seq()
     job = get_object_or_404(Job.objects.select_related("history"), id=job_id)
-    return _render(request, "job", {"seq": seq, **live.job_context(job, request.user)})
-
-
-PAGE_SIZE = 50
+    return _render(request, "job", {"seq": seq, **live.job_context(job, request.user, request.GET)})
 
 
 def _page(request: HttpRequest, queryset) -> tuple[list, dict]:
     """One page of ``queryset`` (``?page=``), and what the template needs to move between."""
-    paginator = Paginator(queryset, PAGE_SIZE)
-    page = paginator.get_page(request.GET.get("page"))
-    return list(page.object_list), {"page": page, "count": paginator.count}
+    page = page_of(queryset, request.GET.get("page"))
+    return list(page.object_list), {"page": page, "count": page.paginator.count}
 
 
 def _render(request: HttpRequest, name: str, context: dict) -> HttpResponse:
@@ -85,13 +83,10 @@ def _render(request: HttpRequest, name: str, context: dict) -> HttpResponse:
 @viewer_page
 def finished_jobs(request: HttpRequest) -> HttpResponse:
     """Finished jobs from their history (``?jobStatus=`` as the API), newest first."""
-    status = request.GET.get("jobStatus", "")
+    filters = accepted(JobHistoryFilter, request.GET, ["jobStatus"])
+    status = filters["jobStatus"]
     records = JobHistory.objects.select_related("job").order_by("-finished_at", "-job_id")
-    if status in JOB_TERMINAL:
-        records = records.filter(status=status)
-    else:
-        status = ""
-    rows, paging = _page(request, records)
+    rows, paging = _page(request, filtered(JobHistoryFilter, filters, records))
     return _render(
         request,
         "history",
@@ -103,19 +98,9 @@ def finished_jobs(request: HttpRequest) -> HttpResponse:
 def cleanup_records(request: HttpRequest) -> HttpResponse:
     """Cleanup records, read-only (``?state=``, ``?kind=``, ``?jobId=`` as the API); staff
     follow a record to the admin console to act on it."""
+    filters = accepted(CleanupRecordFilter, request.GET, ["state", "kind", "jobId"])
     records = JobCleanupRecord.objects.order_by("-due_at", "-id")
-    filters = {
-        "state": request.GET.get("state", ""),
-        "kind": request.GET.get("kind", ""),
-        "jobId": request.GET.get("jobId", ""),
-    }
-    if filters["state"] in CleanupState.values:
-        records = records.filter(state=filters["state"])
-    if filters["kind"] in CleanupKind.values:
-        records = records.filter(kind=filters["kind"])
-    if filters["jobId"].isdigit():
-        records = records.filter(job_id=int(filters["jobId"]))
-    rows, paging = _page(request, records)
+    rows, paging = _page(request, filtered(CleanupRecordFilter, filters, records))
     return _render(
         request,
         "cleanup",

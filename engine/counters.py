@@ -23,6 +23,12 @@ DIRTY_TRANSITIONS = "dirty_transitions"
 ROWS_RETIRED = "rows_retired"  # label: read | written
 BYTES_RETIRED = "bytes_retired"  # label: read | written (Arrow bytes, as rows_retired)
 JOBS_ENDED = "jobs_ended"  # label: the terminal status (FINISHED, FAILED, CANCELED)
+#: Per job (label: the job id), the rows of its replaced attempts: a running job's counters add
+#: them to its live task groups' counts, so they do not fall when a restore starts those over.
+#: Removed with the job's running state (engine.jobs.cleanup); only running jobs are exported.
+JOB_ROWS_READ_RETIRED = "job_rows_read_retired"
+JOB_ROWS_WRITTEN_RETIRED = "job_rows_written_retired"
+PER_JOB = (JOB_ROWS_READ_RETIRED, JOB_ROWS_WRITTEN_RETIRED)
 
 #: Upper bounds of the checkpoint-duration histogram's buckets, in seconds.
 CHECKPOINT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -30,8 +36,13 @@ SHARDS = 16
 
 
 def bump(items: Iterable[tuple[str, str, float]]) -> None:
-    """Add each ``(name, label, amount)`` to its total (zero amounts are skipped)."""
-    rows = sorted((name, label, float(amount)) for name, label, amount in items if amount)
+    """Add each ``(name, label, amount)`` to its total (zero amounts are skipped; the amounts
+    of one total given several times are added first: a statement may touch a row once)."""
+    summed: dict[tuple[str, str], float] = {}
+    for name, label, amount in items:
+        if amount:
+            summed[(name, label)] = summed.get((name, label), 0.0) + float(amount)
+    rows = sorted((name, label, amount) for (name, label), amount in summed.items() if amount)
     if not rows:
         return
     with connection.cursor() as cur:

@@ -14,6 +14,8 @@ EVENT_APPEND = (19269, 2)
 #: older-protocol member's registration or master's takeover, so one of them always sees the
 #: other (and is refused).
 DIRTY_VERSION_GATE = (19269, 3)
+#: (namespace, 4): transaction-scoped; serialises task log shipments so line ids commit in order.
+LOG_APPEND = (19269, 4)
 #: (namespace, member id): held by a member's membership session for the member's whole life.
 MEMBER_NAMESPACE = 19270
 

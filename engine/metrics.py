@@ -5,21 +5,29 @@ Gauges are counted from the live rows; counters are monotonic by construction: t
 sequence and the master epoch only rise, and the rest are MetricTotal rows raised in the
 transaction of what they count (engine.counters), plus, for rows and bytes read and written,
 the live task groups' counts (an attempt's counts move into the totals when it is replaced or
-cleaned up). Labels are bounded: states and kinds, and job ids only for running jobs that track
-their recovery (as many as the slots allow).
+cleaned up). Labels are bounded: states and kinds, and job ids only for the jobs that hold slots
+(as many as the slots allow), whose series leave when the job ends.
+
+Jobs ended are counted by their terminal transition (``keel_jobs_ended_total``), so the counter
+keeps them after retention deletes the rows that ``keel_jobs`` counts. While PostgreSQL cannot
+be reached the exposition is ``keel_database_up 0`` alone, still answered with a 200: a failed
+scrape would read as the web process being down (docs/decisions/0036-database-down-metrics.md).
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.db.models import Count, Sum
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from engine import counters, dirty
+from engine.dbsession import session_lost
+from engine.errortext import first_line
 from engine.jobs import cleanup
 from engine.models import (
     ClusterState,
@@ -29,6 +37,7 @@ from engine.models import (
     Member,
     MemberDrain,
     MetricTotal,
+    Pipeline,
     Slot,
     TaskGroup,
 )
@@ -45,6 +54,10 @@ from engine.states import (
 )
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+log = logging.getLogger("keel.metrics")
+
+#: The jobs that hold slots: theirs are the per-job series (a job's leave when it ends).
+HOLDING_SLOTS = (JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.FAILING, JobStatus.CANCELING)
 
 
 def _totals() -> dict[tuple[str, str], float]:
@@ -109,15 +122,86 @@ def _family(kind, name: str, doc: str, label: str, values: dict[str, float]):
     return family
 
 
+def _per_job(totals: dict[tuple[str, str], float]):
+    """The series of each job that holds slots, labelled ``job_id``, in four queries whatever
+    the number of jobs. Rows count every attempt: the live task groups' counts plus the job's
+    retired ones (a restore starts an attempt's counts over; counters.PER_JOB)."""
+    live = Job.objects.filter(status__in=HOLDING_SLOTS)
+    jobs = list(dirty.annotate(live).order_by("id").values_list("id", "dirty_evaluation"))
+    rows = {
+        job: (read or 0, written or 0)
+        for job, read, written in TaskGroup.objects.filter(job__in=live)
+        .order_by()
+        .values_list("job_id")
+        .annotate(Sum("source_received"), Sum("sink_written"))
+    }
+    pipelines = {
+        job: (completed or 0, failed or 0, restores or 0)
+        for job, completed, failed, restores in Pipeline.objects.filter(job__in=live)
+        .order_by()
+        .values_list("job_id")
+        .annotate(Sum("checkpoints_completed"), Sum("checkpoints_failed"), Sum("restore_count"))
+    }
+    read = CounterMetricFamily(
+        "keel_job_rows_read", "Rows read by a running job's sources.", labels=["job_id"]
+    )
+    written = CounterMetricFamily(
+        "keel_job_rows_written", "Rows written by a running job's sinks.", labels=["job_id"]
+    )
+    checkpoints = CounterMetricFamily(
+        "keel_job_checkpoints",
+        "A running job's checkpoints ended, by state.",
+        labels=["job_id", "state"],
+    )
+    restores = CounterMetricFamily(
+        "keel_job_restores", "A running job's pipeline restores.", labels=["job_id"]
+    )
+    dirty_now = GaugeMetricFamily(
+        "keel_job_dirty",
+        "1 while a running job's recovery evaluation reads DIRTY, else 0.",
+        labels=["job_id"],
+    )
+    for job_id, evaluation in jobs:
+        label = str(job_id)
+        live_read, live_written = rows.get(job_id, (0, 0))
+        completed, failed, restore_count = pipelines.get(job_id, (0, 0, 0))
+        read.add_metric([label], live_read + totals[(counters.JOB_ROWS_READ_RETIRED, label)])
+        written.add_metric(
+            [label], live_written + totals[(counters.JOB_ROWS_WRITTEN_RETIRED, label)]
+        )
+        checkpoints.add_metric([label, "completed"], completed)
+        checkpoints.add_metric([label, "failed"], failed)
+        restores.add_metric([label], restore_count)
+        dirty_now.add_metric([label], int(evaluation == DirtyEvaluation.DIRTY))
+    return [read, written, checkpoints, restores, dirty_now]
+
+
+def _database_up(up: bool) -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "keel_database_up",
+        "1 when this scrape read PostgreSQL; 0 when it could not reach it (nothing else then).",
+        value=int(up),
+    )
+
+
 class EngineCollector:
-    """Every family of the exposition, read in one transaction (a consistent snapshot)."""
+    """Every family of the exposition, read in one transaction (a consistent snapshot); only
+    ``keel_database_up 0`` when the database cannot be reached."""
 
     def collect(self):
         from django.db import transaction
 
-        with transaction.atomic(), connection.cursor() as cur:
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            families = list(self._families())
+        try:
+            with transaction.atomic(), connection.cursor() as cur:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                families = list(self._families())
+        except DatabaseError as exc:
+            if not session_lost(exc):
+                raise
+            log.warning("metrics: the database cannot be reached: %s", first_line(exc))
+            yield _database_up(False)
+            return
+        yield _database_up(True)
         yield from families
 
     def _families(self):
@@ -125,7 +209,8 @@ class EngineCollector:
         yield _family(
             GaugeMetricFamily,
             "keel_jobs",
-            "Jobs by status.",
+            "Jobs by status (the rows kept: ended ones fall with retention; rates: "
+            "keel_jobs_ended_total).",
             "status",
             _by(Job.objects.all(), "status", JobStatus.values),
         )
@@ -157,6 +242,16 @@ class EngineCollector:
         ):
             running.add_metric([str(job_id), evaluation], 1)
         yield running
+
+        yield from _per_job(totals)
+        yield _family(
+            CounterMetricFamily,
+            "keel_jobs_ended",
+            "Jobs ended, by terminal status (counted at the transition; never falls when "
+            "retention deletes jobs, unlike keel_jobs).",
+            "status",
+            {str(s): totals[(counters.JOBS_ENDED, str(s))] for s in sorted(JOB_TERMINAL)},
+        )
 
         yield GaugeMetricFamily(
             "keel_task_groups_running",

@@ -136,18 +136,15 @@ def _rows(history_key: str, task_group_field: str) -> Coalesce:
     )
 
 
-def recent_jobs(limit: int = 20, recovery: str | None = None) -> QuerySet[Job]:
-    """The newest jobs with their row counts and dirty-job label (for the dashboard), only
-    those whose label is ``recovery`` if given."""
-    jobs = dirty.annotate(
+def jobs_with_rows() -> QuerySet[Job]:
+    """Jobs with their row counts and dirty-job label, newest first (the dashboard's recent
+    jobs, which it filters as the API does before it takes the first few)."""
+    return dirty.annotate(
         Job.objects.annotate(
             rows_read=_rows("sourceReceivedCount", "source_received"),
             rows_written=_rows("sinkWriteCount", "sink_written"),
         )
-    )
-    if recovery:
-        jobs = jobs.filter(dirty_evaluation=recovery)
-    return jobs.order_by("-id")[:limit]
+    ).order_by("-id")
 
 
 def recent_events(limit: int = 20) -> list[EngineEvent]:

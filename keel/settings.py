@@ -181,6 +181,7 @@ FULL_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files for /api/v1/docs, served by this site
     "channels",
     "axes",
     "engine",
@@ -303,7 +304,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Fault-tolerant data-integration engine: cluster, jobs and recovery state.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SERVE_PERMISSIONS": ["engine.api.permissions.HasRole"],  # signed in, as a viewer at least
+    # Swagger UI (/api/v1/docs) from this site's static files, no CDN, no validator badge.
+    **dict.fromkeys(["SWAGGER_UI_DIST", "SWAGGER_UI_FAVICON_HREF"], "SIDECAR"),
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
 }
 
 CHANNEL_LAYERS = {
@@ -433,6 +437,9 @@ ENGINE = {
     # this many bytes each, so a worker's memory stays flat whatever a row's width.
     "dataplane.batch-rows": _count("KEEL_DATAPLANE_BATCH_ROWS", "16384", minimum=1),
     "dataplane.batch-bytes": _bytes("KEEL_DATAPLANE_BATCH_BYTES", "8MiB"),
+    # Task groups' log lines kept in PostgreSQL for the job page and the API
+    # (engine.member.tasklog_shipping): the newest this many per task group.
+    "logs.lines-per-task-group": _count("KEEL_LOGS_LINES_PER_TASK_GROUP", "1000", minimum=1),
 }
 
 

@@ -131,9 +131,45 @@ def test_the_prometheus_examples_name_only_metrics_keel_exposes(engine, client):
     ]
     text = client.get("/metrics").content.decode()
     exposed = {name for name, _ in scrape(client)} | set(re.findall(r"^# TYPE (\w+)", text, re.M))
+    job = config["scrape_configs"][0]["job_name"]
     for rule in rules:
-        for name in re.findall(r"\bkeel_[a-z_]+", rule["expr"]):
-            assert name in exposed, f"{rule['alert']} reads {name}, which /metrics lacks"
-    assert {"KeelJobDirty", "KeelJobRecoveryUnknown"} <= {r["alert"] for r in rules}
+        names = series_read_by(rule["expr"])
+        assert names, f"{rule['alert']} reads no series"
+        for name in names:
+            assert name in exposed | {"up"}, f"{rule['alert']} reads {name}, which /metrics lacks"
+        for selected in re.findall(r'\bjob="([^"]*)"', rule["expr"]):
+            assert selected == job, f"{rule['alert']} selects job {selected}, scraped as {job}"
+    assert {
+        "KeelJobDirty",
+        "KeelJobRecoveryUnknown",
+        "KeelWebDown",
+        "KeelTargetMissing",
+        "KeelDatabaseDown",
+        "KeelJobsFailing",
+    } <= {r["alert"] for r in rules}
+    by_name = {r["alert"]: r for r in rules}
+    assert by_name["KeelWebDown"]["expr"] == f'up{{job="{job}"}} == 0'
+    assert by_name["KeelWebDown"]["for"] == "1m"
+    assert "keel_jobs_ended_total" in by_name["KeelJobsFailing"]["expr"]
     unknown = next(r for r in rules if r["alert"] == "KeelJobRecoveryUnknown")
     assert unknown["for"] == "10m"
+
+
+#: PromQL words that are not series: functions, aggregations, keywords.
+PROMQL_WORDS = frozenset(
+    "absent absent_over_time increase rate irate delta max min sum avg count by without on "
+    "ignoring group_left group_right and or unless bool offset histogram_quantile "
+    "max_over_time min_over_time avg_over_time changes resets time vector scalar".split()
+)
+
+
+def series_read_by(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads: its identifiers once strings, label
+    matchers, ranges and grouping clauses are taken out, less PromQL's own words."""
+    import re
+
+    bare = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)
+    bare = re.sub(r"\{[^}]*\}|\[[^\]]*\]", " ", bare)
+    bare = re.sub(r"\b(?:by|without|on|ignoring)\s*\([^)]*\)", " ", bare)
+    words = set(re.findall(r"\b[a-zA-Z_:][\w:]*", bare))
+    return {w for w in words if w not in PROMQL_WORDS and not re.fullmatch(r"\d+\w*", w)}

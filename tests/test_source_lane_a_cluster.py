@@ -86,6 +86,30 @@ def test_a_batch_fakesource_job_runs_in_lane_a_exactly_once(lane_a, tmp_path):
     assert all(r["poll"]["records"] > 0 for r in readers)
 
 
+def test_a_lane_a_readers_console_rows_are_in_its_logs(lane_a):
+    """The reader event loop's thread writes the sinks: Console's rows are shipped as the reader
+    task group's log lines (engine.member.tasklogs), read back through the API."""
+    lane_a.restore()
+    job_id = submit(
+        lane_a,
+        "env { job.mode = BATCH, parallelism = 2 }\n"
+        "source { FakeSource { row.num = 3, schema { fields { id = bigint } } } }\n"
+        "sink { Console { } }\n",
+    )
+    detail = wait_status(lane_a, job_id, TERMINAL, timeout=90)
+    assert detail["jobStatus"] == "FINISHED", detail
+    assert detail["pipelines"][0]["sourceRuntime"]["lane"] == "A"
+    readers = {group(detail, "READER", i)["taskGroupId"] for i in (0, 1)}
+
+    def console() -> list[dict]:
+        code, body = lane_a.api(f"/api/v1/jobs/{job_id}/logs")
+        assert code == 200, body
+        return [line for line in body["results"] if line["logger"] == "keel.sink.console"]
+
+    lines = wait_for(lambda: len(c := console()) >= 6 and c, 15, interval=0.2, what="the rows")
+    assert sorted(line["taskGroupId"] for line in lines) == sorted([*readers] * 3)
+
+
 def tracked(**counts: int) -> dict[str, int]:
     """The enumerator's assignment counts as job detail shows them: every state, these set."""
     return {**{state.value: 0 for state in AssignmentState}, **counts}

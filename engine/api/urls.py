@@ -1,7 +1,17 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from engine.api.views import checkpoints, cleanup, cluster, episodes, events, jobs
+from engine.api.views import (
+    checkpoints,
+    cleanup,
+    cluster,
+    docs,
+    episodes,
+    events,
+    exceptions,
+    jobs,
+    logs,
+)
 
 urlpatterns = [
     path("overview", cluster.OverviewView.as_view(), name="api-overview"),
@@ -21,6 +31,12 @@ urlpatterns = [
         name="api-job-checkpoints",
     ),
     path(
+        "jobs/<int:job_id>/exceptions",
+        exceptions.JobExceptionListView.as_view(),
+        name="api-job-exceptions",
+    ),
+    path("jobs/<int:job_id>/logs", logs.JobLogListView.as_view(), name="api-job-logs"),
+    path(
         "jobs/<int:job_id>/episodes", episodes.JobEpisodeListView.as_view(), name="api-job-episodes"
     ),
     path("jobs/<int:job_id>/cancel", jobs.JobCancelView.as_view(), name="api-job-cancel"),
@@ -31,4 +47,5 @@ urlpatterns = [
     ),
     path("cleanup-records", cleanup.CleanupRecordListView.as_view(), name="api-cleanup-records"),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs", docs.ApiDocsView.as_view(), name="api-docs"),
 ]

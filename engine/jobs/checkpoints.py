@@ -186,6 +186,7 @@ def acknowledge(checkpoint_id: int, task_group_id: int, attempt: int, state: dic
     answer was lost) answers True, even if the checkpoint has ended since, and keeps the first
     snapshot; another attempt's answers False. One statement, in autocommit: every task group
     of every running pipeline acks each checkpoint, and this was most of a worker's time."""
+    text = json.dumps(state)
     try:
         with connection.cursor() as cur:
             cur.execute(
@@ -194,7 +195,8 @@ def acknowledge(checkpoint_id: int, task_group_id: int, attempt: int, state: dic
                     "checkpoint": checkpoint_id,
                     "group": task_group_id,
                     "attempt": attempt,
-                    "state": json.dumps(state),
+                    "state": text,
+                    "size": len(text.encode()),
                     "pending": CheckpointState.PENDING,
                 },
             )
@@ -203,11 +205,13 @@ def acknowledge(checkpoint_id: int, task_group_id: int, attempt: int, state: dic
         return False
 
 
-#: The ack: recorded if the checkpoint is pending and none is yet; True if this attempt's is.
+#: The ack: recorded if the checkpoint is pending and none is yet, with its size as stored (the
+#: JSON text's UTF-8 bytes); True if this attempt's is.
 _ACK = """
             WITH made AS (
-                INSERT INTO engine_taskcheckpoint (checkpoint_id, task_group_id, attempt, state)
-                SELECT %(checkpoint)s, %(group)s, %(attempt)s, %(state)s
+                INSERT INTO engine_taskcheckpoint
+                       (checkpoint_id, task_group_id, attempt, state, size_bytes)
+                SELECT %(checkpoint)s, %(group)s, %(attempt)s, %(state)s, %(size)s
                  WHERE EXISTS (SELECT 1 FROM engine_checkpoint
                                 WHERE id = %(checkpoint)s AND state = %(pending)s)
                 ON CONFLICT (checkpoint_id, task_group_id) DO NOTHING

@@ -30,6 +30,7 @@ from engine.models import (
     ControlStep,
     Job,
     JobCleanupRecord,
+    MetricTotal,
     Pipeline,
     Slot,
     SplitAssignment,
@@ -244,6 +245,8 @@ def _remove_job_state(record: JobCleanupRecord) -> str:
             (counters.BYTES_RETIRED, "written", totals["written_bytes"] or 0),
         ]
     )
+    # The job's own totals: its series left the exposition when it ended.
+    MetricTotal.objects.filter(name__in=counters.PER_JOB, label=str(job.id)).delete()
     freed = _free_slots_held(job)
     acks, _ = TaskCheckpoint.objects.filter(checkpoint__job=job).delete()
     checkpoints, _ = Checkpoint.objects.filter(job=job).delete()

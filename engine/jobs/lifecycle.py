@@ -17,7 +17,7 @@ from django.db.models.functions import Now
 from engine import events as builders
 from engine.cluster import slots as slot_transitions
 from engine.events import append_events
-from engine.jobs import rollup
+from engine.jobs import exceptions, rollup
 from engine.models import Job, TaskGroup
 from engine.states import (
     EXECUTION_LIVE,
@@ -172,8 +172,13 @@ def enumerators_checked(member_id: int, enumerators: list[tuple[int, int, int]])
 
 
 #: A task group's counts as it ends: rows read and written, rows per second, busy and CPU
-#: seconds, then bytes read and written (a report without them counts none).
-Metrics = tuple[int, int, float, float, float] | tuple[int, int, float, float, float, int, int]
+#: seconds, then bytes read and written, then seconds blocked on its sinks (a report without
+#: these counts none).
+Metrics = (
+    tuple[int, int, float, float, float]
+    | tuple[int, int, float, float, float, int, int]
+    | tuple[int, int, float, float, float, int, int, float]
+)
 
 
 def report_metrics(
@@ -186,10 +191,17 @@ def report_metrics(
     source_runtime: dict | None = None,
     received_bytes: int = 0,
     written_bytes: int = 0,
+    busy_seconds: float | None = None,
+    blocked_seconds: float | None = None,
 ) -> bool:
     """Hot path: one conditional update, no event, no job lock. ``source_runtime``: a Lane A
-    task group's runtime metrics (kept as they are when None)."""
+    task group's runtime metrics; ``busy_seconds``, ``blocked_seconds``: a reader's times so
+    far (each kept as it is when None)."""
     extra = {} if source_runtime is None else {"source_runtime": source_runtime}
+    if busy_seconds is not None:
+        extra["busy_seconds"] = busy_seconds
+    if blocked_seconds is not None:
+        extra["blocked_seconds"] = blocked_seconds
     return (
         TaskGroup.objects.live()
         .on_alive_members()
@@ -246,15 +258,18 @@ def finish_task_group(
         if job is None:
             return False
         ending = Ending(error, metrics, lost_member_id, planned)
-        events = _end_group(job, task_group_id, attempt, member_id, status, ending)
+        failures: list[exceptions.Failure] = []
+        events = _end_group(job, task_group_id, attempt, member_id, status, ending, failures)
         if events is None:
             return False
+        exceptions.record(failures)  # before the roll-up: a restore it requests marks them
         append_events(events + rollup.settle_job(job))
     return True
 
 
-#: How a member's task group ended: (task group id, attempt, status, error, metrics).
-Ended = tuple[int, int, str, str, Metrics | None]
+#: How a member's task group ended: (task group id, attempt, status, error, metrics), and
+#: for a failure its traceback after them.
+Ended = tuple[int, int, str, str, Metrics | None] | tuple[int, int, str, str, Metrics | None, str]
 
 
 def finish_task_groups(member_id: int, endings: list[Ended]) -> dict[Ended, bool]:
@@ -263,6 +278,7 @@ def finish_task_groups(member_id: int, endings: list[Ended]) -> dict[Ended, bool
     worker whose task groups a storm cancels reports them together, engine.member.reports).
     Each answers as finish_task_group would."""
     answers = dict.fromkeys(endings, False)
+    failures: list[exceptions.Failure] = []
     with transaction.atomic():
         job_of, jobs = _lock_jobs_of(e[0] for e in endings)
         events: list = []
@@ -270,13 +286,17 @@ def finish_task_groups(member_id: int, endings: list[Ended]) -> dict[Ended, bool
             ended: list = []
             mine = [e for e in endings if job_of.get(e[0]) == job.id]
             for ending in sorted(mine, key=lambda e: (e[0], e[1])):
-                tg, attempt, status, error, metrics = ending
-                made = _end_group(job, tg, attempt, member_id, status, Ending(error, metrics))
+                tg, attempt, status, error, metrics, *trace = ending
+                end = Ending(error, metrics, traceback="".join(trace))
+                made = _end_group(job, tg, attempt, member_id, status, end, failures)
                 if made is not None:
                     answers[ending] = True
                     ended += made
             if ended:
                 events += ended + rollup.settle_job(job)
+        # Once for every job, after their roll-ups: a worker's own failure never restores its
+        # pipeline (only member losses do), so no roll-up here marks one of these.
+        exceptions.record(failures)
         append_events(events)
     return answers
 
@@ -291,11 +311,17 @@ def fail_lost_task_groups(job_id: int, lost: list[tuple[int, int, int, str]]) ->
     if job is None:
         return []
     events: list = []
+    failures: list[exceptions.Failure] = []
     for task_group_id, attempt, lost_member_id, reason in lost:
         ending = Ending(reason, lost_member_id=lost_member_id)
-        ended = _end_group(job, task_group_id, attempt, None, ExecutionStatus.FAILED, ending)
+        ended = _end_group(
+            job, task_group_id, attempt, None, ExecutionStatus.FAILED, ending, failures
+        )
         events += ended or []
-    return events + rollup.settle_job(job) if events else []
+    if not events:
+        return []
+    exceptions.record(failures)  # before the roll-up: the restore it requests marks them
+    return events + rollup.settle_job(job)
 
 
 @dataclass(frozen=True)
@@ -306,14 +332,24 @@ class Ending:
     metrics: Metrics | None = None
     lost_member_id: int | None = None
     planned: bool = False
+    #: A worker's failure: the traceback of what failed it.
+    traceback: str = ""
 
 
 def _end_group(
-    job: Job, task_group_id: int, attempt: int, member_id: int | None, status: str, end: Ending
+    job: Job,
+    task_group_id: int,
+    attempt: int,
+    member_id: int | None,
+    status: str,
+    end: Ending,
+    failures: list[exceptions.Failure],
 ) -> list | None:
     """End one task group of ``job`` (locked by the caller): its event, or None if this attempt
-    had ended already (or is not ``member_id``'s)."""
-    error, metrics, lost_member_id = end.error, end.metrics, end.lost_member_id
+    had ended already (or is not ``member_id``'s). A failure is added to ``failures``, for the
+    caller to record with the others that end in its transaction (engine.jobs.exceptions); a
+    planned move off a drained member is no failure of the task group's."""
+    error, metrics, lost_member_id = exceptions.redact(end.error), end.metrics, end.lost_member_id
     planned = end.planned
     query = TaskGroup.objects.select_for_update(no_key=True, of=("self",)).filter(
         id=task_group_id, attempt=attempt, job_id=job.id
@@ -340,7 +376,10 @@ def _end_group(
             group.cpu_seconds,
             *moved,
         ) = metrics
-        group.source_received_bytes, group.sink_written_bytes = moved or (0, 0)
+        (group.source_received_bytes, group.sink_written_bytes, group.blocked_seconds) = (
+            *moved,
+            *(0, 0, 0.0)[len(moved) :],
+        )
         fields += [
             "source_received",
             "sink_written",
@@ -349,10 +388,23 @@ def _end_group(
             "cpu_seconds",
             "source_received_bytes",
             "sink_written_bytes",
+            "blocked_seconds",
         ]
     group.save(update_fields=fields)
     if held:
         slot_transitions.free(held)
+    if status == ExecutionStatus.FAILED and not group.planned_move:
+        failures.append(
+            exceptions.Failure(
+                job.id,
+                group.id,
+                attempt,
+                lost_member_id or group.member_id,
+                error,
+                end.traceback,
+                member_lost=lost_member_id is not None,
+            )
+        )
     return [
         builders.taskgroup_status(
             job.id, group.id, attempt, previous, status, member_id=group.member_id, error=error

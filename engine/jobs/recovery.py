@@ -22,7 +22,7 @@ from engine.cluster import slots as slot_transitions
 from engine.dbsession import session_lost
 from engine.events import append_events
 from engine.fencing import StaleEpoch, fenced
-from engine.jobs import checkpoints, splits
+from engine.jobs import checkpoints, exceptions, splits
 from engine.jobs.envoptions import TAG_FILTER
 from engine.jobs.scheduler import Deployment, deploy_on
 from engine.models import (
@@ -48,7 +48,8 @@ WAITING_FOR_SLOTS = "waiting for slots"
 
 def request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[EngineEvent]:
     """Create the pipeline's next restore step (idempotent by its key); the job row is locked
-    by the caller's roll-up."""
+    by the caller's roll-up. The failures of its failed attempts are marked as having caused
+    it (engine.jobs.exceptions)."""
     number = pipeline.restore_count + 1
     key = f"restore:{pipeline.id}:{number}"
     delay = float(job.env.get("job.retry.interval.seconds", 3) or 0)
@@ -71,6 +72,7 @@ def request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[En
     )
     if not created:
         return []
+    exceptions.mark_restored(job.id, [(g["id"], g["attempt"]) for g in failed])
     return [
         builders.pipeline_restore_requested(job.id, pipeline.index, number, delay),
         # Restore preparation: the dirty-job attempt is allocated (not counted) here.

@@ -102,7 +102,7 @@ def _settle(job: Job, pipelines: list[Pipeline]) -> list[EngineEvent]:
     events: list[EngineEvent] = []
     groups = list(
         TaskGroup.objects.filter(job=job).values(
-            "pipeline_id", "status", "error_msg", "lost_member_id", "planned_move"
+            "id", "attempt", "pipeline_id", "status", "error_msg", "lost_member_id", "planned_move"
         )
     )
     restoring: set[int] = set()

@@ -72,13 +72,21 @@ def deploy_on(
     }
     slot_transitions.assign([s for s, _ in slots])
     # The counts of the attempts replaced are kept in the totals (Prometheus counters never
-    # go down when a restore starts a task group's counts over).
+    # go down when a restore starts a task group's counts over), and in their job's own.
     counters.bump(
         [
             (counters.ROWS_RETIRED, "read", sum(g.source_received for g in groups)),
             (counters.ROWS_RETIRED, "written", sum(g.sink_written for g in groups)),
             (counters.BYTES_RETIRED, "read", sum(g.source_received_bytes for g in groups)),
             (counters.BYTES_RETIRED, "written", sum(g.sink_written_bytes for g in groups)),
+            *(
+                item
+                for g in groups
+                for item in (
+                    (counters.JOB_ROWS_READ_RETIRED, str(g.job_id), g.source_received),
+                    (counters.JOB_ROWS_WRITTEN_RETIRED, str(g.job_id), g.sink_written),
+                )
+            ),
         ]
     )
     deployments, events = [], []
@@ -93,7 +101,7 @@ def deploy_on(
         group.planned_move = False
         group.source_received = group.sink_written = 0
         group.source_received_bytes = group.sink_written_bytes = 0
-        group.rows_per_second = 0.0
+        group.rows_per_second = group.busy_seconds = group.blocked_seconds = 0.0
         group.deployed_at = group.updated_at = Now()
         group.input_ended_at = None
         deployments.append(Deployment.of((group.id, group.attempt, *members[member_id])))
@@ -125,6 +133,8 @@ def deploy_on(
             "source_received_bytes",
             "sink_written_bytes",
             "rows_per_second",
+            "busy_seconds",
+            "blocked_seconds",
             "deployed_at",
             "input_ended_at",
             "updated_at",

@@ -88,7 +88,8 @@ _PROGRESS = """
 WITH owned AS (
     UPDATE engine_taskgroup SET source_received = %(received)s, sink_written = %(written)s,
            source_received_bytes = %(received_bytes)s, sink_written_bytes = %(written_bytes)s,
-           rows_per_second = %(rate)s, updated_at = now()
+           rows_per_second = %(rate)s, busy_seconds = %(busy)s, blocked_seconds = %(blocked)s,
+           updated_at = now()
     WHERE id = %(group)s AND attempt = %(attempt)s AND member_id = %(member)s
       AND status = ANY(%(live)s)
       AND EXISTS (SELECT 1 FROM engine_member WHERE id = %(member)s AND state = %(alive)s)
@@ -114,9 +115,12 @@ def record_progress(
     offsets: dict[str, int],
     received_bytes: int = 0,
     written_bytes: int = 0,
+    busy_seconds: float = 0.0,
+    blocked_seconds: float = 0.0,
 ) -> bool:
-    """A reader's hot path once a second: its counts and how far it has read, one round trip
-    (no event, no job lock). False, and nothing written, if the attempt is not current."""
+    """A reader's hot path once a second: its counts, its times so far (busy, and blocked on
+    its sinks: its back-pressure) and how far it has read, one round trip (no event, no job
+    lock). False, and nothing written, if the attempt is not current."""
     with connection.cursor() as cur:
         cur.execute(
             _PROGRESS,
@@ -126,6 +130,8 @@ def record_progress(
                 "received_bytes": received_bytes,
                 "written_bytes": written_bytes,
                 "rate": rows_per_second,
+                "busy": busy_seconds,
+                "blocked": blocked_seconds,
                 "group": reader.task_group_id,
                 "attempt": reader.attempt,
                 "member": reader.member_id,

@@ -17,6 +17,21 @@ def with_groups(queryset):
     return queryset.prefetch_related(Prefetch("pipelines__task_groups", queryset=groups))
 
 
+def group_metrics(group: TaskGroup) -> dict:
+    """A task group's counts, rate and back-pressure: the seconds its reader spent blocked in
+    its sinks' writes, and their share of its busy seconds (0 to 1; 0 before it has any)."""
+    busy, blocked = group.busy_seconds, group.blocked_seconds
+    return {
+        "sourceReceivedCount": group.source_received,
+        "sinkWriteCount": group.sink_written,
+        "sourceReceivedBytes": group.source_received_bytes,
+        "sinkWriteBytes": group.sink_written_bytes,
+        "rowsPerSecond": round(group.rows_per_second, 1),
+        "blockedSeconds": round(blocked, 3),
+        "backPressureRatio": round(min(max(blocked / busy, 0.0), 1.0), 3) if busy > 0 else 0.0,
+    }
+
+
 def _group(group: TaskGroup) -> dict:
     return {
         "taskGroupId": group.id,
@@ -34,13 +49,7 @@ def _group(group: TaskGroup) -> dict:
             else None
         ),
         "errorMsg": group.error_msg,
-        "metrics": {
-            "sourceReceivedCount": group.source_received,
-            "sinkWriteCount": group.sink_written,
-            "sourceReceivedBytes": group.source_received_bytes,
-            "sinkWriteBytes": group.sink_written_bytes,
-            "rowsPerSecond": round(group.rows_per_second, 1),
-        },
+        "metrics": group_metrics(group),
         # Lane A: the task group's runtime metrics as last reported (null in Lane B).
         "sourceRuntime": group.source_runtime,
     }

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models.functions import Now
 
-from engine import dirty
+from engine import counters, dirty
 from engine import events as builders
 from engine.events import append_events
 from engine.fencing import StaleEpoch, fenced
@@ -82,8 +82,11 @@ def end_job(job: Job, status: str, epoch: int | None = None) -> list[EngineEvent
     """The terminal transition (FINISHED, FAILED or CANCELED): see the module docstring."""
     if status not in JOB_TERMINAL:
         raise ValueError(f"{status} is not a terminal job status")
+    ending = job.status not in JOB_TERMINAL
     events = _end_leftovers(job, _LEFTOVER_END[status], epoch)
     events += advance_job(job, status, epoch)
+    if ending:  # the transition itself, counted once (the job row is locked by the caller)
+        counters.bump([(counters.JOBS_ENDED, str(status), 1)])
     job.finished_at = Now()
     job.save(update_fields=["status", "error_msg", "finished_at"])
     job.refresh_from_db(fields=["finished_at"])

@@ -57,6 +57,9 @@ class Chain:
     steps: dict[str, tuple[str, Callable]]  # transform key -> (input key, processor)
     sinks: list[tuple[str, str, SinkWriter]]  # (path, input key, writer)
     paths: dict[str, str] = field(default_factory=dict)
+    #: Wall-clock seconds spent in the sinks' ``write`` calls: the reader's back-pressure (a
+    #: reader runs its sinks inline, so time in a write is time it cannot read).
+    blocked_seconds: float = 0.0
 
     def push(self, source_key: str, batch) -> int:
         """Run one batch (an Arrow record batch) through the transforms into every sink;
@@ -78,7 +81,9 @@ class Chain:
         for path, input_key, writer in self.sinks:
             out = outputs[input_key]
             if out.num_rows:
+                began = time.perf_counter()
                 guarded(path, writer.write, out)
+                self.blocked_seconds += time.perf_counter() - began
                 written += out.num_rows
                 same = out is batch and nbytes is not None
                 written_bytes += nbytes if same else out.nbytes
@@ -122,7 +127,9 @@ def compile_chain(plan: dict, context: dict) -> tuple[object, Chain]:
 @dataclass
 class Counters:
     """A reader's counts: rows read and written, the Arrow bytes of their batches
-    (``RecordBatch.nbytes``, SeaTunnel's SourceReceivedBytes and SinkWriteBytes), its rate."""
+    (``RecordBatch.nbytes``, SeaTunnel's SourceReceivedBytes and SinkWriteBytes), its rate, and
+    its times: ``busy_seconds`` since it started (up to date at each ``roll``, final once
+    settled) and ``blocked_seconds`` of those spent in its sinks' writes (``Chain``)."""
 
     received: int = 0
     written: int = 0
@@ -133,6 +140,8 @@ class Counters:
     rate: float = 0.0
     busy_seconds: float = 0.0
     cpu_seconds: float = 0.0
+    blocked_seconds: float = 0.0
+    started: float = field(default_factory=time.monotonic)
 
     def add(
         self, received: int, written: int, received_bytes: int = 0, written_bytes: int = 0
@@ -143,12 +152,16 @@ class Counters:
         self.written_bytes += written_bytes
         self.window_rows += received
 
-    def roll(self) -> None:
+    def roll(self, chain: Chain | None = None) -> None:
+        """Close the rate's window; the times so far (blocked: ``chain``'s, when given)."""
         now = time.monotonic()
         elapsed = now - self.window_start
         if elapsed > 0:
             self.rate = self.window_rows / elapsed
         self.window_start, self.window_rows = now, 0
+        self.busy_seconds = now - self.started
+        if chain is not None:
+            self.blocked_seconds = chain.blocked_seconds
 
 
 def run_reader(
@@ -191,7 +204,7 @@ def run_reader(
             on_boundary(positions, chain)
         now = time.monotonic()
         if now - last_report >= METRICS_INTERVAL:
-            counters.roll()
+            counters.roll(chain)
             on_progress(counters, current)
             last_report = now
 
@@ -252,7 +265,7 @@ def sized_parts(batch, max_rows: int, max_bytes: int) -> Iterator[tuple[object, 
 def settle(chain: Chain, counters: Counters, started: float, cpu: float, completed: bool) -> None:
     """A reader's data plane ended: its times into ``counters``, and its sinks aborted unless
     they were closed (``completed``)."""
-    counters.roll()
+    counters.roll(chain)
     counters.busy_seconds = time.monotonic() - started
     counters.cpu_seconds = time.thread_time() - cpu
     if not completed:

@@ -247,13 +247,13 @@ class ManagedReaderTask:
                 raise PluginFailure(path, exc) from exc
             flush()
             if loop.life.state == Life.CLOSED:
-                counters.roll()
+                counters.roll(chain)
                 self._report(counters, loop, reader)  # its metrics as it ends
                 return
             now = time.monotonic()
             if now - last_report >= METRICS_INTERVAL:
                 last_report = now
-                counters.roll()
+                counters.roll(chain)
                 if not self._report(counters, loop, reader):
                     thread.stop.set()  # the master moved on: stop at once
                     return
@@ -287,4 +287,6 @@ class ManagedReaderTask:
             runtime_metrics(self.mailbox.stats(), held, extra),
             received_bytes=counters.received_bytes,
             written_bytes=counters.written_bytes,
+            busy_seconds=counters.busy_seconds,
+            blocked_seconds=counters.blocked_seconds,
         )

@@ -27,6 +27,8 @@ from engine.member.mailbox import Barrier, Commit, Mailbox, Message
 from engine.member.managed_enumerator import ManagedEnumeratorTask
 from engine.member.managed_reader import ManagedReaderTask
 from engine.member.reports import GroupCommit
+from engine.member.tasklogs import bind as bind_task_logs
+from engine.member.tracebacks import traceback_of
 from engine.models import TaskGroup
 from engine.outbox import Outbox
 from engine.sourceruntime import SourceRuntime
@@ -71,6 +73,9 @@ class TaskGroupThread(threading.Thread):
         return self.runtime.member.id
 
     def run(self) -> None:
+        # What this thread (and work it hands to the coordinator pool) logs is this attempt's:
+        # engine.member.tasklogs ships it to the job page.
+        bind_task_logs(self.task_group_id, self.attempt)
         counters = Counters()
         try:
             running = self.db(
@@ -111,15 +116,18 @@ class TaskGroupThread(threading.Thread):
             self.finish(status, "", counters)
         except PluginFailure as exc:
             log.warning("task group %s failed: %s", self.task_group_id, exc)
-            self.finish(ExecutionStatus.FAILED, str(exc), counters)
+            self.finish(ExecutionStatus.FAILED, str(exc), counters, traceback_of(exc))
         except Exception as exc:
             log.exception("task group %s crashed", self.task_group_id)
-            self.finish(ExecutionStatus.FAILED, f"{type(exc).__name__}: {exc}", counters)
+            error = f"{type(exc).__name__}: {exc}"
+            self.finish(ExecutionStatus.FAILED, error, counters, traceback_of(exc))
         finally:
             self.runtime.forget(self)
             connections.close_all()
 
-    def finish(self, status: str, error: str, counters: Counters) -> None:
+    def finish(self, status: str, error: str, counters: Counters, traceback: str = "") -> None:
+        """Report how this attempt ended (with a failure's traceback, for the job's exception
+        history), until the report is written or this member is fenced."""
         metrics = (
             counters.received,
             counters.written,
@@ -128,6 +136,7 @@ class TaskGroupThread(threading.Thread):
             counters.cpu_seconds,
             counters.received_bytes,
             counters.written_bytes,
+            counters.blocked_seconds,
         )
         attempt = 0
         while True:  # the report is the only record of how we ended: retry while we live
@@ -135,7 +144,7 @@ class TaskGroupThread(threading.Thread):
             try:
                 close_old_connections()
                 self.runtime.finish_reports.commit(
-                    (self.task_group_id, self.attempt, status, error, metrics)
+                    (self.task_group_id, self.attempt, status, error, metrics, traceback)
                 )
                 return
             except Exception:
@@ -241,6 +250,8 @@ class TaskGroupThread(threading.Thread):
                 offsets,
                 received_bytes=counters.received_bytes,
                 written_bytes=counters.written_bytes,
+                busy_seconds=counters.busy_seconds,
+                blocked_seconds=counters.blocked_seconds,
             )
             if not owned:
                 self.stop.set()  # the master moved on: stop at once

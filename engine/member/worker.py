@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from celery import current_app
+from celery import current_app, signals
 from celery.platforms import EX_FAILURE
 from celery.worker import state as celery_state
 
@@ -32,7 +32,7 @@ from engine.cluster.membership import (
     register_member,
 )
 from engine.dbsession import outage_tolerance
-from engine.member import runtime
+from engine.member import runtime, tasklog_shipping
 from engine.member.gctuning import tune_for_rows
 from engine.protocol import CONTROL_QUEUE, member_queue
 from engine.states import SlotMode
@@ -70,6 +70,7 @@ class Worker:
             self.options.name, self.options.slots, self.options.slot_mode, tags=self.options.tags
         )
         runtime.install(self.member)
+        tasklog_shipping.install(self.member.id)
         return self.member
 
     def heartbeat_loop(self) -> None:
@@ -94,6 +95,10 @@ class Worker:
                 os._exit(EXIT_FENCED)
 
     def celery_worker(self):
+        # Celery keeps the logging Django configured (it would set the root logger to the
+        # worker's WARNING): task groups' INFO lines, Console's rows among them, reach the
+        # worker's log and the job page (engine.member.tasklogs).
+        signals.setup_logging.connect(_keep_logging, weak=False, dispatch_uid="keel-worker-logging")
         return current_app.Worker(
             hostname=f"{self.options.name}@%h",
             queues=[member_queue(self.options.name), CONTROL_QUEUE],
@@ -162,9 +167,14 @@ class Worker:
                     here = runtime.current()
                     if here is not None:
                         here.stop_all()
+                    tasklog_shipping.shutdown()  # the last lines, while the member row is ours
                     self.member.close()
         return (worker.exitcode if worker is not None else 0) or 0
 
 
 def _exit_on_signal(signum, frame) -> None:
     raise SystemExit(0)
+
+
+def _keep_logging(**kwargs) -> None:
+    """Celery's setup_logging signal: a receiver means Celery configures no logging."""

@@ -21,6 +21,24 @@ class Migration(migrations.Migration):
             name="blocked_seconds",
             field=models.FloatField(db_default=0.0, default=0.0),
         ),
+        # Checkpoints taken before: their sizes as stored.
+        migrations.RunSQL(
+            "UPDATE engine_taskcheckpoint SET size_bytes = octet_length(state)"
+            " WHERE state IS NOT NULL",
+            migrations.RunSQL.noop,
+        ),
+        # Jobs that ended before: counted once in the ended-jobs totals (which never fall,
+        # whatever history retention removes afterwards).
+        migrations.RunSQL(
+            """
+            INSERT INTO engine_metrictotal (name, label, shard, value)
+            SELECT 'jobs_ended', status, 0, count(*) FROM engine_job
+             WHERE status IN ('FINISHED', 'FAILED', 'CANCELED') GROUP BY status
+            ON CONFLICT (name, label, shard)
+            DO UPDATE SET value = engine_metrictotal.value + EXCLUDED.value
+            """,
+            "DELETE FROM engine_metrictotal WHERE name = 'jobs_ended'",
+        ),
         migrations.CreateModel(
             name="JobException",
             fields=[
@@ -56,15 +74,10 @@ class Migration(migrations.Migration):
                         to="engine.member",
                     ),
                 ),
+                ("task_group_id", models.BigIntegerField(blank=True, null=True)),
                 (
-                    "task_group",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to="engine.taskgroup",
-                    ),
+                    "task_group_label",
+                    models.CharField(blank=True, default="", max_length=64),
                 ),
             ],
             options={
@@ -89,20 +102,13 @@ class Migration(migrations.Migration):
                         to="engine.job",
                     ),
                 ),
-                (
-                    "task_group",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="engine.taskgroup",
-                    ),
-                ),
+                ("task_group_id", models.BigIntegerField()),
             ],
             options={
                 "ordering": ["id"],
                 "indexes": [
                     models.Index(fields=["job", "id"], name="tasklog_job_id"),
-                    models.Index(fields=["task_group", "id"], name="tasklog_taskgroup_id"),
+                    models.Index(fields=["task_group_id", "id"], name="tasklog_taskgroup_id"),
                 ],
             },
         ),

@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models.functions import Now
 
 from .cluster import Member
-from .jobs import Job, TaskGroup
+from .jobs import Job
 
 
 class JobException(models.Model):
@@ -17,9 +17,11 @@ class JobException(models.Model):
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="exceptions")
     at = models.DateTimeField(db_default=Now())
-    task_group = models.ForeignKey(
-        TaskGroup, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    #: Not foreign keys: the task group rows go with the job's running state, its failures
+    #: stay (the newest few, with the job) for the finished job's page.
+    task_group_id = models.BigIntegerField(null=True, blank=True)
+    #: What the task group was, e.g. ``reader 0``.
+    task_group_label = models.CharField(max_length=64, blank=True, default="")
     pipeline_index = models.IntegerField(null=True, blank=True)
     attempt = models.IntegerField()
     member = models.ForeignKey(
@@ -43,11 +45,14 @@ class JobException(models.Model):
 
 
 class TaskLogLine(models.Model):
-    """A log line a task group's thread wrote on its worker, shipped in batches."""
+    """A log line a task group's thread wrote on its worker, shipped in batches; the newest
+    few per task group are kept (``engine.logs.lines-per-task-group``)."""
 
     id = models.BigAutoField(primary_key=True)
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
-    task_group = models.ForeignKey(TaskGroup, on_delete=models.CASCADE, related_name="+")
+    #: Not a foreign key: the task group rows go with the job's running state, its lines stay
+    #: (with the job, until history retention deletes it) for the finished job's page.
+    task_group_id = models.BigIntegerField()
     attempt = models.IntegerField()
     at = models.DateTimeField()
     #: The ``logging`` level number (20 INFO, 30 WARNING, ...).
@@ -59,7 +64,7 @@ class TaskLogLine(models.Model):
         ordering = ["id"]
         indexes = [
             models.Index(fields=["job", "id"], name="tasklog_job_id"),
-            models.Index(fields=["task_group", "id"], name="tasklog_taskgroup_id"),
+            models.Index(fields=["task_group_id", "id"], name="tasklog_taskgroup_id"),
         ]
 
     def __str__(self) -> str:

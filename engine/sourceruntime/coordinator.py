@@ -13,6 +13,7 @@ the task scheduling itself again).
 
 from __future__ import annotations
 
+import contextvars
 import heapq
 import itertools
 import threading
@@ -51,7 +52,9 @@ class SharedWorkerPool:
         self.executor = ThreadPoolExecutor(max_workers, thread_name_prefix="source-async")
 
     def submit(self, fn: Callable[[], Any]) -> Future:
-        return self.executor.submit(fn)
+        # In the asker's context: what the work logs is the asking task group's (its context
+        # names it for engine.member.tasklogs), whichever pool thread runs it.
+        return self.executor.submit(contextvars.copy_context().run, fn)
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from engine.models import Checkpoint
+from engine.states import CheckpointState
 
 
 class CheckpointSummarySerializer(serializers.Serializer):
@@ -14,27 +14,23 @@ class CheckpointSummarySerializer(serializers.Serializer):
     latestAt = serializers.DateTimeField(allow_null=True)
 
 
-class CheckpointSerializer(serializers.ModelSerializer):
-    checkpointId = serializers.IntegerField(source="id")
-    pipelineId = serializers.IntegerField(source="pipeline.index")
-    triggeredAt = serializers.DateTimeField(source="triggered_at")
-    endedAt = serializers.DateTimeField(source="ended_at", allow_null=True)
-    durationMs = serializers.SerializerMethodField()
-    failureReason = serializers.CharField(source="failure_reason")
+class CheckpointTaskSerializer(serializers.Serializer):
+    """A task group's ack of a checkpoint."""
 
-    class Meta:
-        model = Checkpoint
-        fields = [
-            "checkpointId",
-            "pipelineId",
-            "state",
-            "triggeredAt",
-            "endedAt",
-            "durationMs",
-            "failureReason",
-        ]
+    taskGroupId = serializers.IntegerField()
+    ackedAt = serializers.DateTimeField()
+    sizeBytes = serializers.IntegerField(help_text="its snapshot's size as stored, in bytes")
 
-    def get_durationMs(self, checkpoint: Checkpoint) -> int | None:
-        if checkpoint.ended_at is None:
-            return None
-        return int((checkpoint.ended_at - checkpoint.triggered_at).total_seconds() * 1000)
+
+class CheckpointSerializer(serializers.Serializer):
+    """A checkpoint as engine.jobs.checkpoint_history.recent makes it (the one definition)."""
+
+    checkpointId = serializers.IntegerField()
+    pipelineId = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=CheckpointState.choices)
+    triggeredAt = serializers.DateTimeField()
+    endedAt = serializers.DateTimeField(allow_null=True)
+    durationMs = serializers.IntegerField(allow_null=True)
+    sizeBytes = serializers.IntegerField(help_text="the sum of its task groups' snapshot sizes")
+    failureReason = serializers.CharField(allow_blank=True)
+    tasks = CheckpointTaskSerializer(many=True, help_text="its acks, by task group id")

@@ -83,6 +83,20 @@ class MetricsSerializer(serializers.Serializer):
     rowsPerSecond = serializers.FloatField()
 
 
+class TaskGroupMetricsSerializer(MetricsSerializer):
+    blockedSeconds = serializers.FloatField(
+        required=False,
+        help_text="seconds the task group's reader spent blocked writing into its sinks (its "
+        "back-pressure); absent from the summary of a job that ended before it was measured",
+    )
+    backPressureRatio = serializers.FloatField(
+        required=False,
+        min_value=0,
+        max_value=1,
+        help_text="blockedSeconds over the seconds the task group has run, 0 to 1 (3 places)",
+    )
+
+
 class SlotRefSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     sequence = serializers.IntegerField()
@@ -129,15 +143,9 @@ class TaskGroupSerializer(serializers.ModelSerializer):
             "sourceRuntime",
         ]
 
-    @extend_schema_field(MetricsSerializer)
+    @extend_schema_field(TaskGroupMetricsSerializer)
     def get_metrics(self, group: TaskGroup) -> dict:
-        return {
-            "sourceReceivedCount": group.source_received,
-            "sinkWriteCount": group.sink_written,
-            "sourceReceivedBytes": group.source_received_bytes,
-            "sinkWriteBytes": group.sink_written_bytes,
-            "rowsPerSecond": round(group.rows_per_second, 1),
-        }
+        return job_summary.group_metrics(group)
 
 
 class SourceRuntimeSerializer(serializers.Serializer):

@@ -28,8 +28,8 @@ from engine.roles import CANCEL_JOB, SUBMIT_JOB
 
 
 class JobListView(generics.ListAPIView):
-    """Jobs, newest first; ``?jobStatus=``, ``?dirty=`` and ``?evaluationStatus=`` filter.
-    POST submits a job."""
+    """Jobs, newest first; ``?jobStatus=``, ``?dirty=``, ``?evaluationStatus=`` and ``?q=``
+    (name or id) filter, as on the dashboard's jobs page. POST submits a job."""
 
     serializer_class = JobSummarySerializer
     filterset_class = JobFilter

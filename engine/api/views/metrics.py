@@ -4,7 +4,9 @@ Who may scrape (``engine.metrics.*``): a caller from a loopback address while
 ``metrics.loopback`` is on (the default outside production; behind a reverse proxy on the
 same host every caller looks local unless that proxy is in ``KEEL_TRUSTED_PROXIES``),
 ``Authorization: Bearer <KEEL_METRICS_TOKEN>`` when that is set, or any API token or session
-of a user with the viewer role.
+of a user with the viewer role. The first two need no database: while PostgreSQL is down a
+scraper with the token still reads ``keel_database_up 0``; a token or session cannot be
+checked then (503).
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from __future__ import annotations
 import hmac
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
 from engine.clientaddr import client_address, parse, trusted
+from engine.dbsession import session_lost
 from engine.metrics import CONTENT_TYPE, exposition
 from engine.roles import VIEW_JOB
 
@@ -55,7 +59,18 @@ def _allowed(request: HttpRequest) -> bool:
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    if not _allowed(request):
+    try:
+        allowed = _allowed(request)
+    except DatabaseError as exc:
+        if not session_lost(exc):
+            raise
+        return HttpResponse(
+            "the database is unreachable: only the scrape token or a loopback caller can be "
+            "checked without it\n",
+            status=503,
+            content_type="text/plain; charset=utf-8",
+        )
+    if not allowed:
         return HttpResponse(
             "metrics need a scrape token, a viewer's API token, or a loopback caller\n",
             status=401,
