@@ -18,7 +18,12 @@ CHIP_W, CHIP_H, CHIP_GAP = 200, 40, 8
 BAND_HEADER, BAND_GAP, PAD = 24, 16, 10
 #: Task groups drawn per pipeline; the rest are counted in one last chip.
 MAX_CHIPS = 12
-LABEL_CHARS = 28
+#: Characters of a whole rendered line that fit a 200 px box at the page's fonts: a box's
+#: first line ("Transform · FieldMapper", bold), its path, a chip's lines. Longer ones are cut
+#: with an ellipsis (the template also clips each text to its box, whatever the font).
+LABEL_CHARS = 25
+PATH_CHARS = 29
+CHIP_CHARS = 30
 KIND = {"source": "Source", "transform": "Transform", "sink": "Sink"}
 
 
@@ -111,6 +116,8 @@ def layout(plans: list[tuple[int, dict]], pipelines: list[dict]) -> dict | None:
         top += BAND_GAP
     graph["width"] = width + PAD
     graph["height"] = top - BAND_GAP + PAD
+    # Each box's and chip's texts are clipped to it, a few pixels in from its right edge.
+    graph["clip"] = {"nodeW": NODE_W - 6, "nodeH": NODE_H, "chipW": CHIP_W - 6, "chipH": CHIP_H}
     for band in graph["bands"]:
         band["width"] = graph["width"] - 2
     return graph
@@ -172,14 +179,23 @@ def _short(text: str, limit: int = LABEL_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _short_path(text: str, limit: int = PATH_CHARS) -> str:
+    """A plugin's path cut in its middle: its start names the plugin, its end what tells its
+    copies apart (``tables_configs[1]``, the table after ``@``)."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 2
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head) :]
+
+
 def _node(node: dict, x: int, y: int, status: str) -> dict:
     return {
         "path": node["path"],
         "plugin": node["plugin"],
         "type": node["type"],
         "kind": KIND[node["type"]],
-        "label": _short(str(node["plugin"])),
-        "sub": _short(str(node["path"]), LABEL_CHARS + 4),
+        "label": _short(f"{KIND[node['type']]} · {node['plugin']}"),
+        "sub": _short_path(str(node["path"])),
         "status": status,
         "x": x,
         "y": y,
@@ -209,15 +225,23 @@ def _chip(group: dict, pipeline_id: int, x: int, y: int) -> dict:
     member = group.get("member") or {}
     rate = (group.get("metrics") or {}).get("rowsPerSecond")
     kind = str(group.get("kind", "")).lower()
+    label = f"{kind} {group.get('index', '')}".strip()
+    name = str(member.get("name") or "no member")
+    where = f"att. {group.get('attempt')} · {name}"
+    if kind == "reader" and rate is not None:
+        where += f" · {rate} rows/s"
     return {
         "taskGroupId": group.get("taskGroupId"),
         "pipelineId": pipeline_id,
-        "label": f"{kind} {group.get('index', '')}".strip(),
+        "label": label,
         "status": str(group.get("status", "")).lower(),
         "statusText": group.get("status", ""),
         "attempt": group.get("attempt"),
-        "member": _short(str(member.get("name") or "no member"), 16),
+        "member": name,
         "rowsPerSecond": rate if kind == "reader" else None,
+        # The chip's two lines as drawn, each cut whole (the title says it all).
+        "title": _short(f"{label} · {group.get('status', '')}", CHIP_CHARS),
+        "sub": _short(where, CHIP_CHARS + 2),
         "x": x,
         "y": y,
         "w": CHIP_W,
@@ -233,7 +257,7 @@ def _more(groups: list[dict], pipeline_id: int, x: int, y: int) -> dict:
     return {
         "pipelineId": pipeline_id,
         "count": len(groups),
-        "text": _short(text, 32),
+        "text": _short(text, CHIP_CHARS + 2),
         "x": x,
         "y": y,
         "w": CHIP_W,

@@ -17,7 +17,8 @@ from engine.jobs import checkpoint_history, exceptions, tasklog_reading
 CHECKPOINTS = 100
 EXCEPTIONS = 16
 LOG_LINES = 200
-#: Events read for the list: runs of checkpoint events collapse, so more are read than shown.
+#: Events read for the list (triggered and completed checkpoints left out in the query): runs
+#: of failed checkpoints collapse, so more are read than shown.
 EVENTS_READ = 200
 EVENT_LINES = 40
 
@@ -76,9 +77,9 @@ def sections(job_id: int, snapshot: dict, query) -> dict:
         "log_levels": list(tasklog_reading.LEVELS),
         "log_groups": sorted(names.items()),
         "log_lines": logs(job_id, filters, names),
-        "event_lines": event_sentences.lines(queries.job_events(job_id, EVENTS_READ), names)[
-            :EVENT_LINES
-        ],
+        "event_lines": event_sentences.lines(
+            queries.job_events(job_id, EVENTS_READ, without=event_sentences.LEFT_OUT), names
+        )[:EVENT_LINES],
         # The page's own query for its polling and its socket (the chosen filters kept).
         "live_query": urlencode({k: v for k, v in filters.items() if v}),
     }

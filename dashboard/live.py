@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from django.db.models import Count, Q, Sum
 from django.template.loader import render_to_string
 
-from dashboard import job_sections
+from dashboard import job_facts, job_sections
 from dashboard.filters import accepted, filtered, page_of
 from engine import dirty, queries
 from engine.api.filters import MAX_SEARCH, JobFilter
@@ -84,7 +84,8 @@ def jobs_context(query) -> dict:
 
 
 def job_context(job: Job, user=None, query=None) -> dict:
-    """The job page's context; ``query`` is the page's (its logs' filters)."""
+    """The job page's context; ``query`` is the page's (its logs' filters). ``job`` is read
+    with its history and its ``submitted_by``."""
     history = getattr(job, "history", None)
     ended = job.status in JOB_TERMINAL and history is not None and history.summary
     snapshot = history.summary if ended else job_summary.snapshot(job)
@@ -100,6 +101,7 @@ def job_context(job: Job, user=None, query=None) -> dict:
             job_id=job.id, kind=CleanupKind.JOB_STATE
         ).first(),
         "dirty": dirty.job_summary(job),
+        "facts": job_facts.facts(job, snapshot),
         "episodes": dirty.job_episodes(job),
         "sparkline": throughput.sparkline(throughput.recent(job.id)),
         "throughput": (throughput.recent(job.id, 1) or [None])[-1],
@@ -143,7 +145,11 @@ def fragments(topic: str, query: dict, user, seq: int) -> str:
         inner = render_to_string("dashboard/htmx/cluster.html", data)
         body = f'<div id="cluster" hx-swap-oob="innerHTML">{inner}</div>'
     else:
-        job = Job.objects.select_related("history").filter(id=int(topic.split(".")[1])).first()
+        job = (
+            Job.objects.select_related("history", "submitted_by")
+            .filter(id=int(topic.split(".")[1]))
+            .first()
+        )
         if job is None:
             body = ""
         else:

@@ -57,6 +57,9 @@ class Relay(threading.Thread):
 
     def run(self) -> None:
         delay = 0.5
+        # Jobs with new log lines not yet redrawn: kept across a reconnect.
+        logged: set[int] = set()
+        logs_sent = 0.0
         while not self.stopping.is_set():
             try:
                 with connect_dedicated("keel-relay") as conn:
@@ -64,7 +67,7 @@ class Relay(threading.Thread):
                     conn.execute(f"LISTEN {SAMPLES_CHANNEL}")
                     conn.execute(f"LISTEN {LOGS_CHANNEL}")
                     delay = 0.5
-                    sampled, logged, logs_sent = False, set(), 0.0
+                    sampled = False
                     while not self.stopping.is_set():
                         while self.forward():
                             pass

@@ -64,7 +64,7 @@ def job(request: HttpRequest, job_id: int) -> HttpResponse:
     """One job: status, graph, pipelines, checkpoints, exceptions, dirty-job label, recovery
     episodes, events and logs (``?logLevel=&logTaskGroup=``), live."""
     seq = queries.latest_seq()
-    job = get_object_or_404(Job.objects.select_related("history"), id=job_id)
+    job = get_object_or_404(Job.objects.select_related("history", "submitted_by"), id=job_id)
     return _render(request, "job", {"seq": seq, **live.job_context(job, request.user, request.GET)})
 
 

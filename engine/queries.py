@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.db import connection
-from django.db.models import BigIntegerField, Count, Prefetch, Q, QuerySet, Sum
+from django.db.models import (
+    BigIntegerField,
+    Count,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, Coalesce
 
-from engine import dirty
+from engine import counters, dirty
+from engine.jobs import summary as job_summary
 from engine.models import EngineEvent, Job, Member, MemberDrain, Slot, TaskGroup
+from engine.models.events import CHECKPOINT_PROGRESS_KINDS
 from engine.states import JobStatus, MemberState, SlotState
 
 MAX_EVENT_PAGE = 500
@@ -125,13 +137,15 @@ def slots() -> list[dict]:
     return out
 
 
-def _rows(history_key: str, task_group_field: str) -> Coalesce:
+def _rows(history_key: str, task_group_field: str, retired: str) -> Coalesce:
     """A row count as the job's detail reads it: a finished job's from its history (its task
-    groups are gone once its running state is cleaned up), a running job's summed live."""
+    groups are gone once its running state is cleaned up), a running job's summed live plus
+    the rows of the attempts its restores replaced (``retired``, a counters.PER_JOB total)."""
     kept = KeyTextTransform(history_key, KeyTransform("metrics", "history__summary"))
     return Coalesce(
         Cast(kept, BigIntegerField()),
-        Sum(f"task_groups__{task_group_field}"),
+        Sum(f"task_groups__{task_group_field}")
+        + Cast(job_summary.retired(retired), BigIntegerField()),
         output_field=BigIntegerField(),
     )
 
@@ -141,8 +155,10 @@ def jobs_with_rows() -> QuerySet[Job]:
     jobs, which it filters as the API does before it takes the first few)."""
     return dirty.annotate(
         Job.objects.annotate(
-            rows_read=_rows("sourceReceivedCount", "source_received"),
-            rows_written=_rows("sinkWriteCount", "sink_written"),
+            rows_read=_rows(
+                "sourceReceivedCount", "source_received", counters.JOB_ROWS_READ_RETIRED
+            ),
+            rows_written=_rows("sinkWriteCount", "sink_written", counters.JOB_ROWS_WRITTEN_RETIRED),
         )
     ).order_by("-id")
 
@@ -152,9 +168,29 @@ def recent_events(limit: int = 20) -> list[EngineEvent]:
     return list(EngineEvent.objects.select_related("member").order_by("-seq")[:limit])
 
 
-def job_events(job_id: int, limit: int = 30) -> list[EngineEvent]:
-    """A job's newest events, newest first."""
-    return list(EngineEvent.objects.filter(job_id=job_id).order_by("-seq")[:limit])
+def job_events(job_id: int, limit: int = 30, without: Sequence[str] = ()) -> list[EngineEvent]:
+    """A job's newest events, newest first, with their member; ``without``: kinds left out
+    in the query (the job page leaves out the checkpoints it lists in their own section, so
+    they do not push its failures and restores out of the newest few)."""
+    events = EngineEvent.objects.filter(job_id=job_id)
+    if without:
+        events = events.exclude(kind__in=without)
+    return list(events.select_related("member").order_by("-seq")[:limit])
+
+
+def job_times(job_id: int, restores: bool = True) -> dict:
+    """When the job first went RUNNING (``startedAt``) and when a pipeline of it was last
+    restored (``lastRestoreAt``; read only if it was), from its events: one query of two
+    ordered reads of one row each on the job's story index (None for an event retention
+    removed, or that never happened)."""
+    story = EngineEvent.objects.filter(job_id=job_id).exclude(kind__in=CHECKPOINT_PROGRESS_KINDS)
+    started = story.filter(kind="job.status", payload__to=JobStatus.RUNNING).order_by("seq")
+    restored = story.filter(kind="pipeline.restore").order_by("-seq")
+    times = {"startedAt": Subquery(started.values("at")[:1])}
+    if restores:
+        times["lastRestoreAt"] = Subquery(restored.values("at")[:1])
+    row = Job.objects.filter(id=job_id).values(**times).first() or {}
+    return {"startedAt": row.get("startedAt"), "lastRestoreAt": row.get("lastRestoreAt")}
 
 
 def latest_seq() -> int:

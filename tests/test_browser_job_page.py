@@ -4,6 +4,7 @@ worker is killed under a reader, and a Console sink's log lines, none by a reloa
 
 from __future__ import annotations
 
+import re
 import signal
 
 import pytest
@@ -64,6 +65,15 @@ def not_reloaded(page) -> bool:
     return page.evaluate("window.keelNotReloaded === true")
 
 
+#: The graph's boxes and chips whose texts run past their box's right edge (as drawn, in the
+#: browser's own font): their texts.
+OVERFLOWING = """groups => groups.filter(g => {
+  const box = g.querySelector(':scope > rect').width.baseVal.value;
+  return [...g.querySelectorAll('text')].some(t => t.getBBox().x + t.getBBox().width > box - 2);
+}).map(g => g.textContent)"""
+BOXES = "[data-job-graph] g.node, [data-job-graph] g.chip"
+
+
 def test_the_graph_shows_each_plugin_with_its_pipelines_status(
     healthy, admin_context, streaming_job
 ):
@@ -82,6 +92,8 @@ def test_the_graph_shows_each_plugin_with_its_pipelines_status(
     chips = page.locator("[data-job-graph] [data-graph-task-group]")
     assert chips.count() == 4  # an enumerator and a reader per pipeline
     assert "rows/s" in page.inner_text("[data-job-graph]")
+    assert re.search(r"att\. \d+ · worker-", chips.first.text_content())  # its attempt
+    assert page.eval_on_selector_all(BOXES, OVERFLOWING) == []
     page.screenshot(path=str(healthy.var_dir / "job-page.png"), full_page=True)
     page.close()
 
@@ -135,6 +147,30 @@ def test_a_console_sinks_lines_appear_without_a_reload(healthy, admin_context, s
     page.close()
 
 
+def test_long_names_are_cut_to_fit_their_boxes(healthy, admin_context):
+    """A multi-table source's long table names: every box's and chip's text ends inside it."""
+    tables = ", ".join(
+        f'{{ schema {{ table = "warehouse_{n}.order_lines_kept_for_the_auditors", '
+        "fields { id = bigint } } }"
+        for n in (1, 2)
+    )
+    job_id = submit(
+        healthy,
+        'env { job.name = "long-names" }\n'
+        "source { FakeSource { plugin_output = fake, row.num = 1, "
+        f"tables_configs = [{tables}] }} }}\n"
+        "transform { FilterRowKind { plugin_input = fake, plugin_output = kept, "
+        "exclude_kinds = [DELETE] } }\nsink { Console { plugin_input = kept } }",
+    )
+    page = admin_context.new_page()
+    page.goto(f"{base_url(healthy)}/jobs/{job_id}/")
+    page.wait_for_selector("[data-job-graph] [data-node]")
+    nodes = page.locator("[data-job-graph] [data-node]")
+    assert nodes.count() == 6 and "…" in page.inner_text("[data-job-graph]")
+    assert page.eval_on_selector_all(BOXES, OVERFLOWING) == []
+    page.close()
+
+
 def test_a_killed_readers_worker_shows_as_an_exception_that_restored(healthy, admin_context):
     job_id = submit(
         healthy,
@@ -151,6 +187,14 @@ def test_a_killed_readers_worker_shows_as_an_exception_that_restored(healthy, ad
     victim, attempt = reader["member"]["name"], reader["attempt"]
     page = open_live(admin_context, healthy, job_id)
     assert page.locator("[data-exceptions] [data-exception-id]").count() == 0
+    assert page.inner_text('[data-field="restores"]') == "0"
+    assert victim in page.inner_text('[data-field="workers"]')
+    read = wait_for(
+        lambda: (n := job(healthy, job_id)["metrics"]["sourceReceivedCount"]) > 0 and n,
+        30,
+        interval=0.1,
+        what="rows read",
+    )
     healthy.signal(victim, signal.SIGKILL)
     entry = page.locator(
         f'[data-exceptions] [data-exception-id][data-member="{victim}"]'
@@ -158,6 +202,19 @@ def test_a_killed_readers_worker_shows_as_an_exception_that_restored(healthy, ad
     )
     wait_for(lambda: entry.count() >= 1, 45, interval=0.2, what="the exception, restored")
     assert "member lost" in entry.first.inner_text()
+    # The summary and the events say it restored, and its rows did not go back.
+    wait_for(
+        lambda: page.inner_text('[data-field="restores"]').startswith("1, the last "),
+        45,
+        interval=0.2,
+        what="the restore in the summary",
+    )
+    events = page.locator("[data-events]")
+    wait_for(
+        lambda: "will be restored in" in events.inner_text(), 20, interval=0.2, what="the event"
+    )
+    assert "checkpoint.completed" not in events.inner_text()
+    assert job(healthy, job_id)["metrics"]["sourceReceivedCount"] >= read
     assert not_reloaded(page)
     page.screenshot(path=str(healthy.var_dir / "job-exceptions.png"), full_page=True)
     page.close()

@@ -1,7 +1,9 @@
 """Every event kind the engine records reads as a sentence on the job page
 (dashboard.event_sentences), built by the kind's own builder (engine.events, engine.dirty.events,
 engine.jobs.drain); an unknown kind or a payload short of what its sentence needs still reads as
-a sentence, never a payload's repr; runs of checkpoint events are a line per pipeline."""
+a sentence, never a payload's repr. Statuses read as words, task groups by the member they run
+on (never a slot's database id), UUIDs cut to 8 characters; runs of failed checkpoints are a
+line per pipeline."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboard.event_sentences import SENTENCES, generic, lines, sentence
+from dashboard.event_sentences import LEFT_OUT, SENTENCES, generic, lines, sentence
 from engine import events
 from engine.dirty import events as dirty_events
 from engine.jobs.drain import drain_event
@@ -25,6 +27,7 @@ MEMBER_UUID = uuid.UUID("00000000-0000-0000-0000-00000000000a")
 
 def member(state: str = MemberState.ALIVE) -> Member:
     return Member(
+        id=3,
         uuid=MEMBER_UUID,
         name="worker-2",
         address="10.0.0.2:5701",
@@ -45,38 +48,55 @@ def drain() -> MemberDrain:
     )
 
 
+def on_member(event: EngineEvent) -> EngineEvent:
+    """The event as the job page reads it: with the member it was recorded with."""
+    event.member = member()
+    return event
+
+
 JOB = Job(id=5, name="orders <nightly>", status="CREATED", mode="BATCH", slots_needed=4)
 ATTEMPT = "attempt-1"
 #: (the event as its builder makes it, the sentence it reads as), one or more per kind.
 CASES = [
     (
         events.job_submitted(JOB, 2),
-        "Job “orders <nightly>” submitted (BATCH): 2 pipelines, 4 slots needed.",
+        "Job “orders <nightly>” submitted (batch): 2 pipelines, 4 slots needed.",
     ),
-    (events.job_status(5, "RUNNING", "FINISHED"), "Job went from RUNNING to FINISHED."),
+    (events.job_status(5, "RUNNING", "FINISHED"), "Job went from running to finished."),
     (
         events.job_status(5, "FAILING", "FAILED", error_msg="sink refused"),
-        "Job went from FAILING to FAILED: sink refused.",
+        "Job went from failing to failed: sink refused.",
     ),
     (
         events.pipeline_status(5, 1, "DEPLOYING", "RUNNING"),
-        "Pipeline 1 went from DEPLOYING to RUNNING.",
+        "Pipeline 1 went from deploying to running.",
     ),
     (
-        events.taskgroup_status(5, 12, 1, "DEPLOYING", "RUNNING", slot_id=4),
-        "reader 0 of pipeline 1 (attempt 1) went from DEPLOYING to RUNNING in slot 4.",
+        on_member(
+            events.taskgroup_status(5, 12, 1, "DEPLOYING", "RUNNING", member_id=3, slot_id=4)
+        ),
+        "Reader 0 of pipeline 1 (attempt 1) went from deploying to running on worker-2.",
     ),
     (
         events.taskgroup_status(5, 13, 0, "RUNNING", "FAILED", error="ValueError: x"),
-        "Task group 13 (attempt 0) went from RUNNING to FAILED: ValueError: x.",
+        "Task group 13 (attempt 0) went from running to failed: ValueError: x.",
     ),
     (
         events.pipeline_restore_requested(5, 1, 2, 5.0),
-        "Restore 2 of pipeline 1 requested, in 5.0 s.",
+        "Pipeline 1 will be restored in 5.0 s (restore 2).",
     ),
     (
-        events.pipeline_restore(5, 3, 1, 2, cause="member lost", slots=[3, 4], from_checkpoint=60),
-        "Pipeline 1 restored from checkpoint 60 into slots 3, 4 (restore 2): member lost.",
+        events.pipeline_restore(
+            5,
+            3,
+            1,
+            2,
+            cause=f"member worker-2 ({MEMBER_UUID}) lost: no heartbeat\nTraceback (most recent)",
+            slots=[3, 4],
+            from_checkpoint=60,
+        ),
+        "Pipeline 1 restored from checkpoint 60 onto 2 slots (restore 2): member worker-2 "
+        "(00000000) lost: no heartbeat.",
     ),
     (
         events.pipeline_restore(5, 3, 2, 1, cause="", slots=[], from_checkpoint=None),
@@ -90,7 +110,7 @@ CASES = [
     ),
     (
         events.member_joined(member()),
-        "Member worker-2 joined at 10.0.0.2:5701 with 8 slots (FIXED).",
+        "Member worker-2 joined at 10.0.0.2:5701 with 8 slots (fixed).",
     ),
     (
         events.member_ended(member(MemberState.LEFT), "stopped", 9, 3),
@@ -98,7 +118,7 @@ CASES = [
     ),
     (
         events.member_ended(member(MemberState.REMOVED), "no heartbeat", 9, 3, "UNPLANNED"),
-        "Member worker-2 was removed (UNPLANNED): no heartbeat.",
+        "Member worker-2 was removed (unplanned): no heartbeat.",
     ),
     (
         drain_event("member.drain-requested", drain(), member(), taskGroups=2),
@@ -106,7 +126,7 @@ CASES = [
     ),
     (
         drain_event("member.drained", drain(), member(), state="LEFT", movedTaskGroups=3),
-        "Drain of member worker-2 ended LEFT, 3 task groups moved.",
+        "Drain of member worker-2 ended left, 3 task groups moved.",
     ),
     (
         drain_event(
@@ -117,7 +137,7 @@ CASES = [
             endReason="timed out",
             movedTaskGroups=1,
         ),
-        "Drain of member worker-2 ended EXPIRED, 1 task group moved: timed out.",
+        "Drain of member worker-2 ended expired, 1 task group moved: timed out.",
     ),
     (
         events.master_elected(3, "master-1", 4242, "db-host"),
@@ -138,7 +158,7 @@ CASES = [
             episode_started=True,
             sequence=9,
         ),
-        f"Member {MEMBER_UUID} (10.0.0.2:5701) was lost (UNPLANNED): recovery episode 4 started.",
+        "Member 00000000 (10.0.0.2:5701) was lost (unplanned): recovery episode 4 started.",
     ),
     (
         dirty_events.attempt_prepared(5, 3, ATTEMPT, 4, 1, 2),
@@ -178,13 +198,13 @@ CASES = [
         dirty_events.snapshot(
             5, 3, {"dirty": False, "evaluationStatus": "CLEAN", "recoveryAttemptCount": 0}
         ),
-        "Recovery label kept in the job's history: CLEAN, 0 recovery attempts.",
+        "Dirty-job label kept in the job's history: CLEAN, 0 recovery attempts.",
     ),
     (
         dirty_events.acknowledged(
             5, by="oona", reason="checked", previous_reason=None, evaluation="UNKNOWN"
         ),
-        "oona acknowledged the UNKNOWN recovery label: checked.",
+        "oona acknowledged the UNKNOWN dirty-job label: checked.",
     ),
 ]
 NAMES = {12: "reader 0 of pipeline 1"}
@@ -193,7 +213,29 @@ NAMES = {12: "reader 0 of pipeline 1"}
 @pytest.mark.parametrize(("event", "expected"), CASES, ids=[c[0].kind for c in CASES])
 def test_each_kind_reads_as_its_sentence(event, expected):
     assert event.kind in SENTENCES
-    assert sentence(event.kind, event.payload, NAMES) == expected
+    (line,) = lines([event], NAMES)
+    assert line.text == expected
+
+
+def test_a_task_group_is_placed_by_its_members_name_never_by_a_slot_id():
+    event = events.taskgroup_status(5, 12, 1, "DEPLOYING", "RUNNING", member_id=3, slot_id=4)
+    # Read without its member (not fetched with it): no query, no slot id, no place.
+    assert [line.text for line in lines([event], NAMES)] == [
+        "Reader 0 of pipeline 1 (attempt 1) went from deploying to running."
+    ]
+    assert sentence(event.kind, event.payload, NAMES, member="worker-9").endswith(
+        "to running on worker-9."
+    )
+
+
+def test_a_restores_cause_is_its_first_line_cut_short():
+    cause = "psycopg.OperationalError: " + "connection refused " * 30 + "\nline two"
+    event = events.pipeline_restore(
+        5, 3, 2, 7, cause=cause, slots=list(range(40)), from_checkpoint=None
+    )
+    text = sentence(event.kind, event.payload)
+    assert text.startswith("Pipeline 2 restored from the start onto 40 slots (restore 7): psycopg")
+    assert text.endswith("….") and "line two" not in text and len(text) < 250
 
 
 def recorded_kinds() -> set[str]:
@@ -251,38 +293,34 @@ def stored(seq: int, event: EngineEvent) -> EngineEvent:
     return event
 
 
-def test_runs_of_checkpoint_events_collapse_to_a_line_per_pipeline():
+def test_runs_of_failed_checkpoints_collapse_to_a_line_per_pipeline():
     newest_first = [
         stored(9, events.job_status(5, "RUNNING", "CANCELING")),
-        stored(8, events.checkpoint_triggered(5, 3, 63, 1)),
-        stored(7, events.checkpoint_ended(5, 3, 62, 2, "COMPLETED")),
-        stored(6, events.checkpoint_ended(5, 3, 61, 1, "COMPLETED")),
-        stored(5, events.checkpoint_triggered(5, 3, 62, 2)),
-        stored(4, events.checkpoint_triggered(5, 3, 61, 1)),
-        stored(3, events.checkpoint_ended(5, 3, 60, 1, "COMPLETED")),
-        stored(2, events.checkpoint_triggered(5, 3, 60, 1)),
-        stored(1, events.checkpoint_ended(5, 3, 59, 1, "FAILED", "expired")),
+        stored(8, events.checkpoint_ended(5, 3, 63, 1, "FAILED", "expired after 60 s")),
+        stored(7, events.checkpoint_ended(5, 3, 62, 2, "FAILED", "sink down")),
+        stored(6, events.checkpoint_ended(5, 3, 61, 1, "FAILED", "expired")),
+        stored(5, events.checkpoint_ended(5, 3, 60, 1, "FAILED")),
+        stored(4, events.pipeline_restore_requested(5, 1, 1, 3.0)),
+        stored(3, events.checkpoint_ended(5, 3, 59, 1, "FAILED", "expired")),
     ]
     shown = lines(newest_first)
     assert [(line.text, line.seq, line.first_seq, line.count) for line in shown] == [
-        ("Job went from RUNNING to CANCELING.", 9, None, 1),
+        ("Job went from running to canceling.", 9, None, 1),
         (
-            "Checkpoints 60\N{EN DASH}61 of pipeline 1 completed (2 in all); "
-            "checkpoint 63 triggered.",
+            "Checkpoints 60\N{EN DASH}63 of pipeline 1 failed (3 in all), the newest: expired "
+            "after 60 s.",
             8,
-            2,
             5,
+            3,
         ),
-        ("Checkpoint 62 of pipeline 2 completed.", 7, 5, 2),
-        ("Checkpoint 59 of pipeline 1 failed: expired.", 1, None, 1),
+        ("Checkpoint 62 of pipeline 2 failed: sink down.", 7, None, 1),
+        ("Pipeline 1 will be restored in 3.0 s (restore 1).", 4, None, 1),
+        ("Checkpoint 59 of pipeline 1 failed: expired.", 3, None, 1),
     ]
-    assert shown[1].at == at(8) and shown[1].first_at == at(2)
-    lone = lines([stored(2, events.checkpoint_triggered(5, 3, 64, 1))])
-    assert [line.text for line in lone] == ["Checkpoint 64 of pipeline 1 triggered."]
-    pending = lines(
-        [
-            stored(3, events.checkpoint_triggered(5, 3, 66, 1)),
-            stored(2, events.checkpoint_triggered(5, 3, 65, 1)),
-        ]
-    )
-    assert [line.text for line in pending] == ["Checkpoints 65, 66 of pipeline 1 triggered."]
+    assert shown[1].at == at(8) and shown[1].first_at == at(5)
+    assert shown[1].kind == "checkpoint.failed"
+
+
+def test_the_list_leaves_out_triggered_and_completed_checkpoints():
+    assert set(LEFT_OUT) == {"checkpoint.triggered", "checkpoint.completed"}
+    assert "checkpoint.failed" not in LEFT_OUT

@@ -203,3 +203,41 @@ def test_many_readers_are_counted_in_one_last_chip_and_long_names_are_cut():
     no_overlap({**drawn, "groups": drawn["groups"] + drawn["more"]})
     long_name = graph._short("x" * 100)
     assert len(long_name) == graph.LABEL_CHARS and long_name.endswith("…")
+
+
+def test_a_long_name_is_cut_as_drawn_with_its_kind_and_a_chips_lines_too():
+    """The box's first line is "Transform · <plugin>" as a whole, cut to what fits its 200 px;
+    a chip's lines (label, attempt, status, member, rate) are cut whole as well."""
+    plan = {
+        "source": {"key": "s", "path": "source[0].FakeSource", "plugin": "FakeSource"},
+        "transforms": [
+            {
+                "key": "t",
+                "path": "transform[0].AVeryLongPluginNameFromSomeVendor@shop.order_lines_2026",
+                "plugin": "AVeryLongPluginNameFromSomeVendor",
+                "input": "s",
+            }
+        ],
+        "sinks": [{"key": "k", "path": "sink[0].Console", "plugin": "Console", "input": "t"}],
+    }
+    pipelines = summary_pipelines(1)
+    pipelines[0]["taskGroups"][1]["member"]["name"] = "worker-in-rack-17.example.internal"
+    pipelines[0]["taskGroups"][1]["attempt"] = 12
+    drawn = graph.layout([(1, plan)], pipelines)
+    nodes = by_path(drawn)
+    transform = nodes["transform[0].AVeryLongPluginNameFromSomeVendor@shop.order_lines_2026"]
+    assert transform["label"].startswith("Transform · AVery") and transform["label"].endswith("…")
+    assert len(transform["label"]) == graph.LABEL_CHARS
+    # A path is cut in its middle: its start names the plugin, its end tells copies apart.
+    assert len(transform["sub"]) == graph.PATH_CHARS
+    assert transform["sub"].startswith("transform[0].A…")
+    assert transform["sub"].endswith("lines_2026")
+    assert nodes["sink[0].Console"]["label"] == "Sink · Console"  # a short one whole
+    enumerator, reader = drawn["groups"]
+    assert enumerator["title"] == "enumerator 0 · RUNNING"
+    assert enumerator["sub"] == "att. 0 · worker-1"
+    assert reader["title"] == "reader 0 · RUNNING"
+    assert reader["sub"].startswith("att. 12 · worker-in-rack") and reader["sub"].endswith("…")
+    assert len(reader["sub"]) == graph.CHIP_CHARS + 2
+    assert reader["member"] == "worker-in-rack-17.example.internal"  # whole in its tooltip
+    assert drawn["clip"] == {"nodeW": 194, "nodeH": graph.NODE_H, "chipW": 194, "chipH": 40}

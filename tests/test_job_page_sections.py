@@ -45,6 +45,7 @@ PLUGINS = {
 def running(engine):
     """A running job of two pipelines with 100 checkpoints (acked by both readers), 16
     exceptions and 200 log lines."""
+    from engine.jobs import checkpoint_history
     from engine.models import (
         Checkpoint,
         JobException,
@@ -84,6 +85,7 @@ def running(engine):
         )
         for c in checkpoints
     )
+    checkpoint_history.record(checkpoints)  # as the master records them when they end
     member = Member.objects.first()
     JobException.objects.bulk_create(
         JobException(
@@ -227,27 +229,95 @@ def test_the_live_render_keeps_the_log_filters(running):
     assert html.startswith('<div id="job" hx-swap-oob="innerHTML">')
 
 
-def test_events_read_as_sentences_with_checkpoint_runs_collapsed(running, client):
+def test_events_keep_a_failure_and_its_restore_under_many_checkpoints(running, client):
+    """Triggered and completed checkpoints are left out of the list (the query's, so hundreds
+    of them do not push a failure and its restore out of the newest read); failed ones stay,
+    a run of them one line; a task group is placed by its member's name."""
     from django.db import transaction
 
+    from dashboard import job_sections
     from engine import events
+    from engine.models import Member
 
-    job, _ = running
+    job, readers = running
+    member = Member.objects.get(id=readers[1].member_id)
     with transaction.atomic():
         events.append_events(
-            event
-            for n in range(1, 31)
-            for event in (
-                events.checkpoint_triggered(job.id, 1, n, 1),
-                events.checkpoint_ended(job.id, 1, n, 1, "COMPLETED"),
-            )
+            [
+                events.taskgroup_status(
+                    job.id, readers[1].id, 0, "RUNNING", "FAILED", member_id=member.id, error="x"
+                ),
+                events.pipeline_restore_requested(job.id, 1, 1, 3.0),
+                events.pipeline_restore(
+                    job.id,
+                    1,
+                    1,
+                    1,
+                    cause=f"member {member.name} ({member.uuid}) lost: no heartbeat",
+                    slots=[7, 8],
+                    from_checkpoint=4,
+                ),
+                *(events.checkpoint_ended(job.id, 1, n, 2, "FAILED", "expired") for n in (5, 6)),
+                *(
+                    event
+                    for n in range(1, 2 * job_sections.EVENTS_READ)
+                    for event in (
+                        events.checkpoint_triggered(job.id, 1, n, 1),
+                        events.checkpoint_ended(job.id, 1, n, 1, "COMPLETED"),
+                    )
+                ),
+            ]
         )
     client.force_login(role_user("vera", "viewer"))
     html = page(client, job)
     table = re.search(r'<table class="events" data-events>(.*?)</table>', html, re.S)[1]
-    assert "Checkpoints 1\N{EN DASH}30 of pipeline 1 completed (30 in all)." in table
-    assert re.search(r'data-event-count="60"', table)
+    assert "checkpoint.completed" not in table and "checkpoint.triggered" not in table
+    assert (
+        f"Reader 0 of pipeline 1 (attempt 0) went from running to failed on {member.name}: x."
+        in table
+    )
+    assert "Pipeline 1 will be restored in 3.0 s (restore 1)." in table
+    assert (
+        f"Pipeline 1 restored from checkpoint 4 onto 2 slots (restore 1): member {member.name} "
+        f"({str(member.uuid)[:8]}) lost: no heartbeat." in table
+    )
+    assert str(member.uuid) not in table and "slot 7" not in table
+    assert (
+        "Checkpoints 5\N{EN DASH}6 of pipeline 2 failed (2 in all), the newest: expired." in table
+    )
+    assert re.search(r'data-event-count="2"', table)
     assert "Pipeline 1 went from" in table and "{" not in table  # no payload reprs
+
+
+def test_the_summary_says_restores_who_when_the_last_checkpoint_and_the_workers(running, client):
+    """The dirty-job label is called so (DISABLED is not "will not recover"), beside the
+    restores and the last one's time, who submitted the job, its times, its newest completed
+    checkpoint's age and the workers it runs on."""
+    from django.db import transaction
+
+    from engine import events
+    from engine.models import Job, Pipeline
+
+    job, readers = running
+    Job.objects.filter(id=job.id).update(submitted_by=role_user("sam", "operator"))
+    Pipeline.objects.filter(job=job, index=1).update(restore_count=2)
+    with transaction.atomic():
+        events.append_events(
+            events.pipeline_restore(job.id, 1, 1, n, cause="", slots=[], from_checkpoint=None)
+            for n in (1, 2)
+        )
+    client.force_login(role_user("vera", "viewer"))
+    html = page(client, job)
+    summary = re.search(r'<dl class="summary">(.*?)</dl>', html, re.S)[1]
+    fields = dict(re.findall(r'<dd data-field="(\w+)">(.*?)</dd>', summary, re.S))
+    assert "<dt>Recovery</dt>" not in summary and "Dirty-job label</dt>" in summary
+    assert "DISABLED" in fields["dirtyLabel"] and "still restores" in fields["dirtyLabel"]
+    assert re.fullmatch(r"2, the last <time [^>]+>\d+ s ago</time>", fields["restores"])
+    assert re.fullmatch(r"completed <time [^>]+>10[1-9] s ago</time>", fields["lastCheckpoint"])
+    assert fields["submittedBy"] == "sam"
+    assert fields["workers"] == ", ".join(sorted({r.member.name for r in readers.values()}))
+    assert "<time datetime=" in fields["createdAt"] and "<time datetime=" in fields["startedAt"]
+    assert "finishedAt" not in fields  # it runs
 
 
 def test_a_lane_b_reader_shows_its_back_pressure(running, client):
@@ -293,7 +363,7 @@ def test_one_render_of_the_page_is_a_bounded_number_of_queries(
     running, client, django_assert_max_num_queries
 ):
     """Every open tab renders the page again on each event of its job: a fixed number of
-    queries (19 with the session's four), whatever the rows of its sections."""
+    queries (20 with the session's four), whatever the rows of its sections."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 

@@ -30,6 +30,7 @@ from engine import counters
 from engine import events as builders
 from engine.events import append_events
 from engine.fencing import fenced
+from engine.jobs import checkpoint_history
 from engine.jobs.scheduler import Deployment
 from engine.models import Checkpoint, Pipeline, TaskCheckpoint, TaskGroup
 from engine.states import CheckpointState, ExecutionStatus, JobStatus, TaskGroupKind
@@ -205,8 +206,7 @@ def acknowledge(checkpoint_id: int, task_group_id: int, attempt: int, state: dic
         return False
 
 
-#: The ack: recorded if the checkpoint is pending and none is yet, with its size as stored (the
-#: JSON text's UTF-8 bytes); True if this attempt's is.
+#: The ack (its size: the JSON's bytes), if the checkpoint is pending; True if this attempt's is.
 _ACK = """
             WITH made AS (
                 INSERT INTO engine_taskcheckpoint
@@ -386,6 +386,7 @@ def _end(epoch: int, verdicts: list[tuple[Checkpoint, str, str]]) -> list[tuple[
                 _COUNT,
                 [list(counts), [c[0] for c in counts.values()], [c[1] for c in counts.values()]],
             )
+        checkpoint_history.record(c for c, _, _ in ended)  # before the prune: it outlives it
         if completed:
             _prune(completed)
         append_events(  # the last write: it holds the event-append lock until the commit

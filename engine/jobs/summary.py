@@ -4,17 +4,46 @@ its running state is cleaned up (engine.jobs.cleanup)."""
 
 from __future__ import annotations
 
-from django.db.models import Prefetch
+from django.db.models import CharField, FloatField, OuterRef, Prefetch, Subquery, Sum
+from django.db.models.functions import Cast, Coalesce
 
-from engine.models import Checkpoint, Job, TaskGroup
+from engine import counters
+from engine.models import Checkpoint, Job, MetricTotal, TaskGroup
 from engine.sourceruntime import SourceRuntime
 from engine.states import CheckpointState, ExecutionStatus
 
 
+def retired(name: str) -> Coalesce:
+    """The outer job's total ``name`` (a counters.PER_JOB total, labelled by job id) summed
+    over its shards, 0 without any: a subquery on the totals' unique index."""
+    totals = (
+        MetricTotal.objects.filter(name=name, label=Cast(OuterRef("id"), CharField()))
+        .order_by()
+        .values("name")
+        .annotate(total=Sum("value"))
+        .values("total")
+    )
+    return Coalesce(Subquery(totals), 0.0, output_field=FloatField())
+
+
+def with_retired(queryset):
+    """Jobs with the rows of the attempts their restores replaced (``retired_read``,
+    ``retired_written``): a redeploy starts a task group's counts over, and the scheduler
+    keeps the replaced ones in the job's totals (engine.jobs.scheduler.deploy_on). Read in
+    the jobs' own query, so a list of jobs costs no query more."""
+    return queryset.annotate(
+        retired_read=retired(counters.JOB_ROWS_READ_RETIRED),
+        retired_written=retired(counters.JOB_ROWS_WRITTEN_RETIRED),
+    )
+
+
 def with_groups(queryset):
-    """Jobs with their pipelines and task groups (members and slots) prefetched."""
+    """Jobs with their pipelines and task groups (members and slots) prefetched, and the rows
+    of their replaced attempts (``with_retired``)."""
     groups = TaskGroup.objects.select_related("member", "last_slot").order_by("kind", "index")
-    return queryset.prefetch_related(Prefetch("pipelines__task_groups", queryset=groups))
+    return with_retired(queryset).prefetch_related(
+        Prefetch("pipelines__task_groups", queryset=groups)
+    )
 
 
 def group_metrics(group: TaskGroup) -> dict:
@@ -73,10 +102,16 @@ def pipelines(job: Job) -> list[dict]:
 
 
 def metrics(job: Job) -> dict:
+    """The job's counts over every attempt: its live task groups' plus the rows of the
+    attempts its restores replaced (read with the job by ``with_groups``; one query here for a
+    job read without), so they never fall after a restore. Bytes are the live attempts' only:
+    no per-job total of replaced attempts' bytes is kept."""
     groups = [g for p in job.pipelines.all() for g in p.task_groups.all()]
+    if not hasattr(job, "retired_read"):
+        job = with_retired(Job.objects.filter(id=job.id)).only("id").get()
     return {
-        "sourceReceivedCount": sum(g.source_received for g in groups),
-        "sinkWriteCount": sum(g.sink_written for g in groups),
+        "sourceReceivedCount": round(job.retired_read) + sum(g.source_received for g in groups),
+        "sinkWriteCount": round(job.retired_written) + sum(g.sink_written for g in groups),
         "sourceReceivedBytes": sum(g.source_received_bytes for g in groups),
         "sinkWriteBytes": sum(g.sink_written_bytes for g in groups),
         "rowsPerSecond": round(

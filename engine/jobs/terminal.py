@@ -20,7 +20,7 @@ from engine import counters, dirty
 from engine import events as builders
 from engine.events import append_events
 from engine.fencing import StaleEpoch, fenced
-from engine.jobs import cleanup, summary
+from engine.jobs import checkpoint_history, cleanup, summary
 from engine.models import EngineEvent, Job, TaskGroup
 from engine.states import (
     EXECUTION_TERMINAL,
@@ -100,13 +100,14 @@ def end_job(job: Job, status: str, epoch: int | None = None) -> list[EngineEvent
 
 def _fail_open_checkpoints(job: Job, epoch: int | None) -> list[EngineEvent]:
     """A checkpoint still PENDING when its job ends can never complete: it ends FAILED now, so
-    the history's checkpoint counts are final."""
+    the history's checkpoint counts are final, and is recorded in the job's checkpoint
+    history."""
     from django.db.models import F
 
     from engine.models import Checkpoint, Pipeline
     from engine.states import CheckpointState
 
-    events = []
+    events, ended = [], []
     pending = list(
         Checkpoint.objects.filter(job=job, state=CheckpointState.PENDING).select_related("pipeline")
     )
@@ -120,11 +121,12 @@ def _fail_open_checkpoints(job: Job, epoch: int | None) -> list[EngineEvent]:
         )
     for checkpoint in pending:
         reason = f"job {job.status} before every ack"
-        ended = Checkpoint.objects.filter(id=checkpoint.id, state=CheckpointState.PENDING).update(
+        updated = Checkpoint.objects.filter(id=checkpoint.id, state=CheckpointState.PENDING).update(
             state=CheckpointState.FAILED, ended_at=Now(), failure_reason=reason
         )
-        if not ended:
+        if not updated:
             continue  # the master ended it meanwhile
+        ended.append(checkpoint)
         Pipeline.objects.filter(id=checkpoint.pipeline_id).update(
             checkpoints_failed=F("checkpoints_failed") + 1
         )
@@ -138,6 +140,7 @@ def _fail_open_checkpoints(job: Job, epoch: int | None) -> list[EngineEvent]:
                 reason,
             )
         )
+    checkpoint_history.record(ended)
     return events
 
 

@@ -196,7 +196,7 @@ class TaskLogShipper:
                         "jobs": ",".join(map(str, jobs)),
                     },
                 )
-        self.buffer.consume(len(lines), dropped, mark)
+        self.buffer.consume(lines, dropped, mark)
         return sum(count for _, _, count in written)
 
     def _failed(self, exc: Exception) -> None:

@@ -92,12 +92,21 @@ class LineBuffer:
             lines = [self._lines[i] for i in range(count)]
             return lines, dict(self._dropped), self._evicted
 
-    def consume(self, count: int, dropped: dict[tuple[int, int], int], mark: int = 0) -> None:
-        """``count`` lines from the front (as peeked at ``mark``), and the ``dropped`` counts,
-        were written; lines evicted since the peek were among them."""
+    def consume(
+        self, written: list[Line], dropped: dict[tuple[int, int], int], mark: int = 0
+    ) -> None:
+        """The ``written`` lines, peeked from the front at ``mark``, and the ``dropped`` counts
+        landed. Lines evicted since the peek were the batch's first: they are gone already, and
+        were not lost after all."""
         with self._lock:
-            count -= min(count, self._evicted - mark)
-            for _ in range(min(count, len(self._lines))):
+            evicted = min(len(written), self._evicted - mark)
+            for line in written[:evicted]:
+                key = (line.task_group_id, line.attempt)
+                if self._dropped.get(key, 0) > 1:
+                    self._dropped[key] -= 1
+                else:
+                    self._dropped.pop(key, None)
+            for _ in range(min(len(written) - evicted, len(self._lines))):
                 self._lines.popleft()
             for key, number in dropped.items():
                 left = self._dropped.get(key, 0) - number

@@ -4,6 +4,29 @@ import django.db.models.deletion
 import django.db.models.functions.datetime
 from django.db import migrations, models
 
+#: Checkpoints that ended before: recorded in their job's history (the newest 100 per job),
+#: each with its acks by task group id and their total size.
+BACKFILL_CHECKPOINT_RECORDS = """
+INSERT INTO engine_checkpointrecord (job_id, checkpoint_id, pipeline_index, state, triggered_at,
+                                     ended_at, size_bytes, failure_reason, tasks)
+SELECT c.job_id, c.id, p.index, c.state, c.triggered_at, coalesce(c.ended_at, c.triggered_at),
+       a.size_bytes, c.failure_reason, a.tasks
+  FROM (SELECT *, row_number() OVER (PARTITION BY job_id ORDER BY id DESC) AS n
+          FROM engine_checkpoint WHERE state <> 'PENDING') c
+  JOIN engine_pipeline p ON p.id = c.pipeline_id
+  LEFT JOIN LATERAL (
+        SELECT coalesce(sum(t.size_bytes), 0)::bigint AS size_bytes,
+               coalesce(jsonb_agg(jsonb_build_object(
+                   'taskGroupId', t.task_group_id,
+                   'ackedAt', to_char(t.acked_at AT TIME ZONE 'UTC',
+                                      'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
+                   'sizeBytes', t.size_bytes) ORDER BY t.task_group_id), '[]'::jsonb) AS tasks
+          FROM engine_taskcheckpoint t
+         WHERE t.checkpoint_id = c.id) a ON true
+ WHERE c.n <= 100
+ON CONFLICT (checkpoint_id) DO NOTHING
+"""
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -11,6 +34,16 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddIndex(
+            model_name="engineevent",
+            index=models.Index(
+                condition=models.Q(
+                    ("kind__in", ("checkpoint.triggered", "checkpoint.completed")), _negated=True
+                ),
+                fields=["job_id", "-seq"],
+                name="event_job_story",
+            ),
+        ),
         migrations.AddField(
             model_name="taskcheckpoint",
             name="size_bytes",
@@ -112,4 +145,45 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
+        migrations.CreateModel(
+            name="CheckpointRecord",
+            fields=[
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("checkpoint_id", models.BigIntegerField(unique=True)),
+                ("pipeline_index", models.IntegerField()),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("PENDING", "Pending"),
+                            ("COMPLETED", "Completed"),
+                            ("FAILED", "Failed"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("triggered_at", models.DateTimeField()),
+                ("ended_at", models.DateTimeField()),
+                ("size_bytes", models.BigIntegerField(default=0)),
+                ("failure_reason", models.TextField(blank=True, default="")),
+                ("tasks", models.JSONField(default=list)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="engine.job",
+                    ),
+                ),
+            ],
+            options={
+                "ordering": ["-checkpoint_id"],
+                "indexes": [
+                    models.Index(
+                        fields=["job", "-checkpoint_id"], name="checkpointrecord_job_newest"
+                    )
+                ],
+            },
+        ),
+        migrations.RunSQL(BACKFILL_CHECKPOINT_RECORDS, migrations.RunSQL.noop),
     ]

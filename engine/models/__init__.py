@@ -16,11 +16,12 @@ from .events import EngineEvent
 from .fields import OrderedJSONField
 from .jobs import ControlStep, Job, Pipeline, SplitAssignment, TaskGroup
 from .metrics import MetricTotal
-from .observability import JobException, TaskLogLine
+from .observability import CheckpointRecord, JobException, TaskLogLine
 from .throughput import ThroughputSample
 
 __all__ = [
     "Checkpoint",
+    "CheckpointRecord",
     "ClusterState",
     "Connection",
     "ControlStep",

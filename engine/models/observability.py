@@ -1,11 +1,14 @@
-"""What the job page shows beyond state: each failure of a task group with its traceback, and
-the task groups' log lines, both kept in PostgreSQL (any web process shows any worker's) and
-bounded per job or task group (engine.jobs.exceptions, engine.member.tasklogs)."""
+"""What the job page shows beyond state: each failure of a task group with its traceback, the
+task groups' log lines and the ended checkpoints, kept in PostgreSQL (any web process shows any
+worker's) and bounded per job or task group (engine.jobs.exceptions, engine.member.tasklogs,
+engine.jobs.checkpoint_history)."""
 
 from __future__ import annotations
 
 from django.db import models
 from django.db.models.functions import Now
+
+from engine.states import CheckpointState
 
 from .cluster import Member
 from .jobs import Job
@@ -69,3 +72,32 @@ class TaskLogLine(models.Model):
 
     def __str__(self) -> str:
         return f"task group {self.task_group_id}: {self.message[:40]}"
+
+
+class CheckpointRecord(models.Model):
+    """An ended checkpoint as its job's history shows it: written as it ends, so it outlives
+    ``checkpoint.max-retained`` and the job's running-state cleanup (the newest few per job
+    are kept, until history retention deletes the job)."""
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    #: The checkpoint's id (not a foreign key: its row goes long before this one).
+    checkpoint_id = models.BigIntegerField(unique=True)
+    pipeline_index = models.IntegerField()
+    state = models.CharField(max_length=16, choices=CheckpointState.choices)
+    triggered_at = models.DateTimeField()
+    ended_at = models.DateTimeField()
+    #: The sum of its task groups' snapshot sizes as stored.
+    size_bytes = models.BigIntegerField(default=0)
+    failure_reason = models.TextField(blank=True, default="")
+    #: Its acks by task group id: ``[{taskGroupId, ackedAt (ISO 8601), sizeBytes}, ...]``.
+    tasks = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["-checkpoint_id"]
+        indexes = [
+            models.Index(fields=["job", "-checkpoint_id"], name="checkpointrecord_job_newest")
+        ]
+
+    def __str__(self) -> str:
+        return f"record of checkpoint {self.checkpoint_id} ({self.state})"
