@@ -5,6 +5,7 @@ and the same graph from the summary's ``dag`` a finished job keeps."""
 from __future__ import annotations
 
 from dashboard import graph
+from engine.jobs import summary
 from engine.jobs.planner import plan_job
 
 
@@ -153,32 +154,10 @@ def test_the_summary_dag_of_a_finished_job_draws_the_same_graph():
         'sink {\n  Console { plugin_input = c }\n  Blackhole { plugin_input = ["a", "b"] }\n}'
     )
     direct = plans(config)
-    # The dag as engine.jobs.summary.dag records it: vertices across the job, edges by pipeline.
-    vertices, dag_edges = [], {}
-    for pipeline_id, plan in direct:
-        ids = {}
-        for kind, nodes in (
-            ("source", [plan["source"]]),
-            ("transform", plan["transforms"]),
-            ("sink", plan["sinks"]),
-        ):
-            for node in nodes:
-                ids[node["key"]] = len(vertices) + 1
-                vertices.append(
-                    {
-                        "id": ids[node["key"]],
-                        "type": kind,
-                        "path": node["path"],
-                        "plugin": node["plugin"],
-                    }
-                )
-        dag_edges[str(pipeline_id)] = [
-            [ids[n["input"]], ids[n["key"]]] for n in plan["transforms"] + plan["sinks"]
-        ]
+    # The dag as a finished job's history keeps it (engine.jobs.summary.dag).
+    dag = summary.dag_of(direct)
     pipelines = summary_pipelines(2, status="FINISHED")
-    from_dag = graph.layout(
-        graph.plans_from_dag({"vertices": vertices, "edges": dag_edges}), pipelines
-    )
+    from_dag = graph.layout(graph.plans_from_dag(dag), pipelines)
     drawn = graph.layout(direct, pipelines)
     assert from_dag == drawn
     assert {n["path"] for n in drawn["nodes"]} == {

@@ -4,6 +4,8 @@ its running state is cleaned up (engine.jobs.cleanup)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.db.models import CharField, FloatField, OuterRef, Prefetch, Subquery, Sum
 from django.db.models.functions import Cast, Coalesce
 
@@ -155,12 +157,17 @@ def snapshot(job: Job) -> dict:
 
 
 def dag(job: Job) -> dict:
-    """The job's plugins as a graph: vertices numbered across the job (each pipeline's source,
-    transforms, then sinks) and, per pipeline, its edges as (from, to) vertex ids."""
+    """The job's plugins as a graph (dag_of its pipelines' plans)."""
+    return dag_of((pipeline.index, pipeline.plan) for pipeline in job.pipelines.all())
+
+
+def dag_of(plans: Iterable[tuple[int, dict]]) -> dict:
+    """Plans, each with its pipeline's index, as a graph: vertices numbered across the job
+    (each pipeline's source, transforms, then sinks) and, per pipeline, its edges as (from, to)
+    vertex ids."""
     vertices: list[dict] = []
     edges: dict[str, list[list[int]]] = {}
-    for pipeline in job.pipelines.all():
-        plan = pipeline.plan
+    for index, plan in plans:
         ids: dict[str, int] = {}
         for kind, nodes in (
             ("source", [plan["source"]]),
@@ -177,7 +184,7 @@ def dag(job: Job) -> dict:
                         "plugin": node["plugin"],
                     }
                 )
-        edges[str(pipeline.index)] = [
+        edges[str(index)] = [
             [ids[node["input"]], ids[node["key"]]]
             for node in [*plan["transforms"], *plan["sinks"]]
             if node.get("input") in ids
