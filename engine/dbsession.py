@@ -35,9 +35,15 @@ def session_lost(exc: BaseException) -> bool:
     return isinstance(exc, UNREACHABLE) or isinstance(exc.__cause__ or exc, _TIMED_OUT)
 
 
+#: How long data sent on an engine session may stay unacknowledged before the kernel drops the
+#: connection (TCP_USER_TIMEOUT): keepalives only probe an idle link, so a link that dies while
+#: a statement or its answer is in flight would otherwise hang for the kernel's ~15 minutes of
+#: retransmissions (docs/decisions/0037).
+TCP_USER_TIMEOUT_MS = 5000
 #: Server-side keepalives too: the *server* must notice a vanished client to free its locks.
 SERVER_KEEPALIVES = (
     "-c tcp_keepalives_idle=2 -c tcp_keepalives_interval=1 -c tcp_keepalives_count=3"
+    f" -c tcp_user_timeout={TCP_USER_TIMEOUT_MS}"
 )
 
 #: Engine processes must never sit in a transaction for long: a frozen process would otherwise
@@ -72,6 +78,7 @@ def connect_dedicated(application_name: str) -> psycopg.Connection:
         keepalives_interval=opts.get("keepalives_interval", 1),
         keepalives_count=opts.get("keepalives_count", 3),
         connect_timeout=opts.get("connect_timeout", 3),
+        tcp_user_timeout=opts.get("tcp_user_timeout", TCP_USER_TIMEOUT_MS),
         options=f"{SERVER_KEEPALIVES} -c idle_in_transaction_session_timeout="
         f"{IDLE_IN_TRANSACTION_TIMEOUT_MS}",
         autocommit=True,
@@ -79,11 +86,15 @@ def connect_dedicated(application_name: str) -> psycopg.Connection:
 
 
 def _configure_engine_session(sender, connection, **kwargs) -> None:
+    # One round trip (every web request opens a session): the timeouts, and the server's side
+    # of the link checks (the client's are in settings.DATABASES).
     with connection.cursor() as cur:
         cur.execute(
-            "SET idle_in_transaction_session_timeout = %s", [IDLE_IN_TRANSACTION_TIMEOUT_MS]
+            f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_TIMEOUT_MS};"
+            f" SET lock_timeout = {LOCK_TIMEOUT_MS}; SET tcp_keepalives_idle = 2;"
+            " SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = 3;"
+            f" SET tcp_user_timeout = {TCP_USER_TIMEOUT_MS}"
         )
-        cur.execute("SET lock_timeout = %s", [LOCK_TIMEOUT_MS])
 
 
 def configure_engine_sessions() -> None:

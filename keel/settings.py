@@ -260,6 +260,7 @@ _db["OPTIONS"] = {
     "keepalives_idle": 2,
     "keepalives_interval": 1,
     "keepalives_count": 3,
+    "tcp_user_timeout": 5000,  # a link dead with data in flight, unprobed by keepalives (0037)
     "connect_timeout": 3,
 }
 DATABASES = {"default": _db}

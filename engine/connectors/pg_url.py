@@ -173,10 +173,23 @@ SESSION_KEYS = (
 )
 
 
+#: A job's sessions notice a dead link in about half a minute, not hours (an idle one by TCP
+#: keepalives, one with data in flight by ``tcp_user_timeout``): slower than the engine's own
+#: sessions, as a job's database may be far and slow (docs/decisions/0037).
+LINK_CHECKS = {
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "30000",
+}
+
+
 def session_params(libpq: dict[str, str], keel_options: str = "") -> dict[str, str]:
     """The parameters psycopg and ADBC sessions both take: the URL's (a connect timeout of 5 s
-    unless it gives one) and the combined ``options``."""
-    params = {k: libpq[k] for k in SESSION_KEYS if libpq.get(k)}
+    unless it gives one), the link checks (keepalives off only if the URL says
+    ``tcpKeepAlive=false``) and the combined ``options``."""
+    params = {**LINK_CHECKS, **{k: libpq[k] for k in SESSION_KEYS if libpq.get(k)}}
     params["connect_timeout"] = libpq.get("connect_timeout") or "5"
     options = options_text(libpq, keel_options)
     if options:
