@@ -45,11 +45,28 @@ def add_up_arguments(parser: argparse.ArgumentParser) -> None:
         "without WORKER:; matched by a job's env.tag_filter (repeatable)",
     )
     parser.add_argument(
+        "--host",
+        type=host_option,
+        action="append",
+        default=[],
+        metavar="PROCESS=NETNS",
+        help="run a master or worker in a network namespace made with `ip netns add` (a test "
+        "host of its own, e.g. worker-1=keel-h1); repeatable",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=90.0,
         help="seconds to wait for the cluster to become healthy",
     )
+
+
+def host_option(text: str) -> tuple[str, str]:
+    """``--host PROCESS=NETNS``: (the process's name, the namespace's)."""
+    name, sep, netns = text.partition("=")
+    if not sep or not name or not netns or "/" in netns:
+        raise argparse.ArgumentTypeError(f"expected PROCESS=NETNS, got {text!r}")
+    return name, netns
 
 
 def started_early() -> dict[str, int]:
@@ -78,6 +95,9 @@ def start_early(argv: list[str]) -> None:
     try:
         for proc in procs:
             started[proc.name] = files.start_fresh(proc, process_env(proc))
+    except ClusterError:  # (a missing network namespace): the command says so
+        _stop(files, started)
+        return
     except BaseException:
         _stop(files, started)
         raise
@@ -149,6 +169,7 @@ def _up(files: ProcessFiles, args: list[str]) -> list:
             heartbeat_timeout=opts.heartbeat_timeout,
             port=opts.port,
             worker_tags=opts.worker_tags,
+            hosts=opts.host,
         )
     except ClusterError:
         return []  # the command says what is wrong

@@ -9,7 +9,7 @@ after-fork hooks; then it runs ``manage.py`` as a fresh process would.
 
 It serves only a child whose environment is its own (settings are read once, at its start);
 ``devcluster.localcluster`` starts any other the usual way. Protocol, on stdin and stdout: one
-JSON object per line, ``{"name", "argv", "log"}`` in, ``{"pid"}`` or ``{"error"}`` out.
+JSON object per line, ``{"name", "argv", "log", "netns"}`` in, ``{"pid"}`` or ``{"error"}`` out.
 
 Run as ``python -m devcluster.forkserver`` in the cluster's environment.
 """
@@ -103,10 +103,14 @@ def _set_comm(name: str) -> None:
         pass
 
 
-def become(name: str, argv: list[str], log: str) -> int:
-    """In the forked child: detach, take the process's identity, and run its command; the
-    exit status."""
+def become(name: str, argv: list[str], log: str, netns: str = "") -> int:
+    """In the forked child: detach, take the process's identity (and its host's network
+    namespace, if it has one), and run its command; the exit status."""
     os.setsid()
+    if netns:
+        from devcluster.processes import enter_netns
+
+        enter_netns(netns)  # before any socket: the fork server opened none
     # The server's only change to an interpreter's signal dispositions (SIGPIPE and SIGXFSZ
     # stay ignored, as Python sets them: a write to a closed socket raises, never kills).
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -136,7 +140,7 @@ def become(name: str, argv: list[str], log: str) -> int:
     return run_command(argv)
 
 
-def fork(name: str, argv: list[str], log: str) -> int:
+def fork(name: str, argv: list[str], log: str, netns: str = "") -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -144,7 +148,7 @@ def fork(name: str, argv: list[str], log: str) -> int:
         return pid
     code = 1
     try:
-        code = become(name, argv, log)
+        code = become(name, argv, log, netns)
     finally:
         try:
             # As an interpreter ends: wait for its non-daemon threads, then its exit handlers
@@ -165,7 +169,8 @@ def serve() -> None:
     for line in sys.stdin:
         try:
             request = json.loads(line)
-            answer = {"pid": fork(request["name"], list(request["argv"]), request["log"])}
+            args = (request["name"], list(request["argv"]), request["log"])
+            answer = {"pid": fork(*args, request.get("netns", ""))}
         except Exception as exc:  # a bad request is answered, never the server's end
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(answer), file=reply, flush=True)

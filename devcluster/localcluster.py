@@ -31,6 +31,7 @@ from devcluster.processes import (
     ClusterSpec,
     ProcessFiles,
     ProcessSpec,
+    check_netns,
     process_env,
     process_start_time,
 )
@@ -58,7 +59,8 @@ class ForkServer:
             self._start(env)
         if comparable_env(env) != self._env:
             return None
-        request = {"name": proc.name, "argv": proc.argv[2:], "log": str(log)}
+        check_netns(proc.netns)
+        request = {"name": proc.name, "argv": proc.argv[2:], "log": str(log), "netns": proc.netns}
         answer = self._ask(request, timeout=30)
         if "pid" not in answer:
             raise ClusterError(f"the fork server could not start {proc.name}: {answer}")

@@ -9,6 +9,7 @@ overlap instead of adding up.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import subprocess
@@ -32,6 +33,8 @@ class ProcessSpec:
     name: str
     argv: list[str]
     kind: str  # web | master | worker
+    #: A network namespace (``ip netns add``) it runs in: a test host of its own; "" for ours.
+    netns: str = ""
 
 
 @dataclass
@@ -55,6 +58,7 @@ class ClusterSpec:
         heartbeat_timeout: float,
         port: int,
         worker_tags: Sequence[tuple[str | None, dict[str, str]]] = (),
+        hosts: Sequence[tuple[str, str]] = (),
     ) -> ClusterSpec:
         """The cluster's processes; ``worker_tags``: (a worker's name, or None for every
         worker; its tags), as ``--worker-tags`` gives them, each worker started with its own
@@ -81,6 +85,11 @@ class ClusterSpec:
             argv = [py, MANAGE, "worker", "--name", name, "--slots", str(slots), mode_flag]
             argv += [arg for k, v in tags[name].items() for arg in ("--tag", f"{k}={v}")]
             spec.processes.append(ProcessSpec(name, argv, "worker"))
+        for name, netns in hosts:
+            proc = spec.process(name)
+            if proc.kind == "web":
+                raise ClusterError("--host: the web stays on this host (it serves the API here)")
+            proc.netns = netns
         return spec
 
     def process(self, name: str) -> ProcessSpec:
@@ -155,9 +164,11 @@ class ProcessFiles:
     def start_fresh(self, proc: ProcessSpec, env: dict[str, str]) -> int:
         """Start ``proc`` in a new session, its output appended to its log; record its pid."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        check_netns(proc.netns)
         with open(self.log_path(proc.name), "ab") as log:
             child = subprocess.Popen(
                 proc.argv,
+                preexec_fn=(lambda: enter_netns(proc.netns)) if proc.netns else None,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -167,6 +178,36 @@ class ProcessFiles:
             )
         self.record_pid(proc.name, child.pid)
         return child.pid
+
+
+#: setns(2)'s flag for a network namespace.
+CLONE_NEWNET = 0x40000000
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def netns_path(name: str) -> Path:
+    return Path("/run/netns") / name
+
+
+def check_netns(name: str) -> None:
+    """A process about to start in network namespace ``name`` needs it to exist: a clear
+    error here, not a child that dies before it can say why."""
+    if name and not netns_path(name).exists():
+        raise ClusterError(f"no network namespace {name!r} (make it with `ip netns add {name}`)")
+
+
+def enter_netns(name: str) -> None:
+    """Move this process (single-threaded: just forked) into network namespace ``name``, as
+    ``ip netns exec`` does for its command: every socket it opens from now on is that host's.
+    Python 3.11 has no os.setns, so libc's, looked up before any fork (a lookup in the
+    child of a threaded parent could wait forever on a lock another thread held)."""
+    fd = os.open(netns_path(name), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if _LIBC.setns(fd, CLONE_NEWNET) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"setns into network namespace {name!r}: {os.strerror(errno)}")
+    finally:
+        os.close(fd)
 
 
 def process_env(proc: ProcessSpec) -> dict[str, str]:

@@ -54,6 +54,11 @@ IDLE_IN_TRANSACTION_TIMEOUT_MS = 1500
 #: No lock wait of an engine process (a worker's report, a web request) lasts longer: a stuck
 #: holder costs a retry, never a stalled engine.
 LOCK_TIMEOUT_MS = 5000
+#: No engine statement runs longer: a statement whose answer is lost on a half-open link, or
+#: one stuck behind a server that stopped answering, ends here at the latest (the link checks
+#: above usually end it first). Generous for the engine's own work (its statements are short,
+#: batched and indexed); a use that needs a tighter bound sets its own.
+STATEMENT_TIMEOUT_MS = 30000
 #: Set by ``manage.py web`` for the daphne process it becomes (see keel/asgi.py).
 GUARDED_SESSIONS_ENV = "KEEL_GUARDED_SESSIONS"
 
@@ -63,10 +68,17 @@ def django_application_name(process_name: str, pid: int) -> str:
     return f"keel:{process_name}:{pid}"
 
 
+def _url_options(opts: dict) -> dict:
+    """The connection options that came with ``DATABASE_URL`` (``target_session_attrs``,
+    ``sslmode``, ...): libpq's keywords among Django's OPTIONS."""
+    keywords = {option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults()}
+    return {k: v for k, v in opts.items() if k in keywords}
+
+
 def connect_dedicated(application_name: str) -> psycopg.Connection:
     db = settings.DATABASES["default"]
     opts = db.get("OPTIONS", {})
-    return psycopg.connect(
+    params = dict(
         host=db.get("HOST") or None,
         port=db.get("PORT") or None,
         dbname=db["NAME"],
@@ -80,9 +92,9 @@ def connect_dedicated(application_name: str) -> psycopg.Connection:
         connect_timeout=opts.get("connect_timeout", 3),
         tcp_user_timeout=opts.get("tcp_user_timeout", TCP_USER_TIMEOUT_MS),
         options=f"{SERVER_KEEPALIVES} -c idle_in_transaction_session_timeout="
-        f"{IDLE_IN_TRANSACTION_TIMEOUT_MS}",
-        autocommit=True,
+        f"{IDLE_IN_TRANSACTION_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS}",
     )
+    return psycopg.connect(**{**_url_options(opts), **params}, autocommit=True)
 
 
 def _configure_engine_session(sender, connection, **kwargs) -> None:
@@ -91,7 +103,8 @@ def _configure_engine_session(sender, connection, **kwargs) -> None:
     with connection.cursor() as cur:
         cur.execute(
             f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_TIMEOUT_MS};"
-            f" SET lock_timeout = {LOCK_TIMEOUT_MS}; SET tcp_keepalives_idle = 2;"
+            f" SET lock_timeout = {LOCK_TIMEOUT_MS};"
+            f" SET statement_timeout = {STATEMENT_TIMEOUT_MS}; SET tcp_keepalives_idle = 2;"
             " SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = 3;"
             f" SET tcp_user_timeout = {TCP_USER_TIMEOUT_MS}"
         )

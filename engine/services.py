@@ -56,6 +56,10 @@ def check_postgres(url: str, timeout: float = 3.0, display_url: str | None = Non
 
     parts = urlsplit(url)
     try:
+        if "," in parts.netloc:  # libpq's multi-host form: libpq reads it
+            conn = psycopg.connect(url, connect_timeout=max(int(timeout), 1))
+            conn.close()
+            return
         conn = psycopg.connect(
             host=parts.hostname or None,
             port=parts.port or None,

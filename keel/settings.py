@@ -14,10 +14,11 @@ import secrets
 from datetime import timedelta
 from pathlib import Path
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from engine import process as process_role
+from keel.dburl import database_settings
+from keel.links import BROKER_TRANSPORT_OPTIONS, REDIS_LINK_CHECKS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("KEEL_VAR_DIR", BASE_DIR / ".var"))
@@ -251,8 +252,9 @@ TEMPLATES = [
     },
 ]
 
-_db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+_db = database_settings(DATABASE_URL)  # libpq's multi-host form too (keel.dburl)
 _db["OPTIONS"] = {
+    **_db["OPTIONS"],  # the URL's own (sslmode, target_session_attrs)
     "application_name": f"keel:{PROCESS_NAME}:{os.getpid()}",
     # TCP keepalives: a half-open connection (peer vanished without FIN) is noticed in seconds,
     # so it cannot keep a session advisory lock (leadership, membership) alive for long.
@@ -317,7 +319,10 @@ CHANNEL_LAYERS = {
         # The layer waits on Redis with BZPOPMIN for 5 s; redis-py's own default read timeout is
         # also 5 s, which would end idle sockets: reads get longer, connects stay short.
         "CONFIG": {
-            "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 3}]
+            "hosts": [
+                {"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 3}
+                | REDIS_LINK_CHECKS
+            ]
         },
     }
 }
@@ -331,13 +336,7 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "control"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-#: Every broker call is bounded: a frozen or unreachable Redis fails a publish in seconds (the
-#: outbox retries it, engine.master.commands), never hangs a thread.
-CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": 300,
-    "socket_timeout": 5,
-    "socket_connect_timeout": 2,
-}
+CELERY_BROKER_TRANSPORT_OPTIONS = BROKER_TRANSPORT_OPTIONS  # bounded calls, checked links
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_RESULT_EXPIRES = 3600
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

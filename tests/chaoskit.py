@@ -56,6 +56,15 @@ class Outcome:
     duplicated: int
     settled: bool
     stuck: str = ""  # what was seen last when it did not settle
+    #: Seconds the fault itself lasted (from its start to its healing).
+    lasted: float = 0.0
+    #: Master writes that landed after a newer master's (at some instant two masters whose
+    #: writes both land): 0 unless fencing failed.
+    dual_writes: int = 0
+
+    @property
+    def clean(self) -> bool:
+        return (self.lost, self.duplicated, self.settled, self.dual_writes) == (0, 0, True, 0)
 
 
 class Chaos:
@@ -68,6 +77,7 @@ class Chaos:
         self.stream_url = stream_url
         self.stream_job = 0
         self.batches = 0
+        self.batch_job = 0  # the running fault's
 
     # -- the jobs -------------------------------------------------------------------------
 
@@ -228,7 +238,10 @@ class Chaos:
         wait_for(self.c.active_master, 20, what="an active master")
         self.wait_flowing(time.monotonic())
         batch_job, table = self.start_batch()
+        self.batch_job = batch_job
         restores = self.restores()
+        since = self.c.one("SELECT coalesce(max(seq), 0) FROM engine_engineevent")
+        started = time.monotonic()
         fault(self)
         ended = time.monotonic()
         self.c.restore()
@@ -244,6 +257,19 @@ class Chaos:
             duplicated + batch_duplicated,
             not stuck,
             stuck,
+            dual_writes=self.dual_master_writes(since),
+            lasted=ended - started,
+        )
+
+    def dual_master_writes(self, since: int) -> int:
+        """Events written on behalf of a master (after event ``since``) that landed after an
+        event of a newer master's epoch: event ids commit in order (engine.events), so an old
+        master's write that got through after a takeover shows as a fall in epoch."""
+        return self.c.one(
+            "SELECT count(*) FROM (SELECT epoch, max(epoch) OVER (ORDER BY seq ROWS BETWEEN"
+            " UNBOUNDED PRECEDING AND 1 PRECEDING) AS newest FROM engine_engineevent"
+            " WHERE seq > %s AND epoch IS NOT NULL) e WHERE epoch < newest",
+            (since,),
         )
 
     def reader_worker(self) -> str:
@@ -362,6 +388,7 @@ def describe(outcome: Outcome) -> str:
     return textwrap.shorten(
         f"{outcome.fault}: data flows again after {outcome.flows_again:.1f} s, "
         f"{outcome.restores} restores, {outcome.lost} rows lost, "
-        f"{outcome.duplicated} duplicated, {'settled' if outcome.settled else 'STUCK'}",
+        f"{outcome.duplicated} duplicated, {'settled' if outcome.settled else 'STUCK'}"
+        + (f", {outcome.dual_writes} writes of a deposed master" if outcome.dual_writes else ""),
         200,
     ) + (f" ({outcome.stuck})" if outcome.stuck else "")

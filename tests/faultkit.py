@@ -37,9 +37,10 @@ class PrivateRedis(Freezable):
     """A redis-server of the test's own on a free port, without persistence: stopping it loses
     whatever was queued, as a crashed broker would."""
 
-    def __init__(self) -> None:
+    def __init__(self, address: str = "127.0.0.1") -> None:
         self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.address = address
+        self.url = f"redis://{address}:{self.port}/0"
         self.dir = tempfile.mkdtemp(prefix="keel-redis-")
         self.proc: subprocess.Popen | None = None
 
@@ -52,7 +53,8 @@ class PrivateRedis(Freezable):
     def start(self) -> PrivateRedis:
         server = shutil.which("redis-server")
         assert server, "redis-server is not installed"
-        flags = ["--bind", "127.0.0.1", "--port", str(self.port)]
+        flags = ["--bind", *dict.fromkeys(["127.0.0.1", self.address]), "--port", str(self.port)]
+        flags += ["--protected-mode", "no"]
         flags += ["--save", "", "--appendonly", "no", "--dir", self.dir]
         self.proc = subprocess.Popen(
             [server, *flags],
@@ -106,26 +108,44 @@ def refused(table: str, operation: str, condition: str = "true") -> Iterator[Non
 class PrivatePostgres:
     """A PostgreSQL server of the test's own (initdb in a temporary directory, a free port,
     trust auth), which the test may stop, restart and freeze. ``settings``: server settings
-    (``max_connections`` for a cluster of many task groups, each on a session of its own)."""
+    (``max_connections`` for a cluster of many task groups, each on a session of its own);
+    ``address``: where it listens besides 127.0.0.1 (a test network's service address, which
+    it then trusts every client of); ``replica_of``: a running server this one is a streaming
+    standby of (a base backup of it, not initdb)."""
 
-    def __init__(self, settings: dict[str, object] | None = None) -> None:
+    def __init__(
+        self,
+        settings: dict[str, object] | None = None,
+        address: str = "127.0.0.1",
+        replica_of: PrivatePostgres | None = None,
+    ) -> None:
         self.settings = settings or {}
+        self.address = address
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="keel-pg-"))
         self.data = self.dir / "data"
-        self.url = f"postgres://postgres@127.0.0.1:{self.port}"
+        self.url = f"postgres://postgres@{address}:{self.port}"
         if os.geteuid() == 0:
             shutil.chown(self.dir, user="postgres")
         assert find_pg_program("initdb"), "PostgreSQL's server programs are not installed"
+        if replica_of is not None:
+            backup = [find_pg_program("pg_basebackup"), "-h", "127.0.0.1", "-U", "postgres"]
+            backup += ["-p", str(replica_of.port), "-D", str(self.data), "-R", "-X", "stream"]
+            subprocess.run(as_postgres_user(backup), check=True, stdout=subprocess.DEVNULL)
+            return
         initdb = [find_pg_program("initdb"), "-D", str(self.data), "-U", "postgres"]
         subprocess.run(
             as_postgres_user([*initdb, "--auth=trust", "-E", "UTF8", "--locale=C"]),
             check=True,
             stdout=subprocess.DEVNULL,
         )
+        if address != "127.0.0.1":
+            with open(self.data / "pg_hba.conf", "a") as hba:
+                hba.write("host all all 0.0.0.0/0 trust\n")
 
     def _ctl(self, *args: str) -> None:
-        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1" + "".join(
+        listen = ",".join(dict.fromkeys(["127.0.0.1", self.address]))
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses={listen}" + "".join(
             f" -c {name}={value}" for name, value in self.settings.items()
         )
         ctl = [find_pg_program("pg_ctl"), "-D", str(self.data), "-l", str(self.dir / "log")]
@@ -142,6 +162,14 @@ class PrivatePostgres:
     def stop(self) -> None:
         """A fast shutdown: every session is ended, as in a restart."""
         self._ctl("-m", "fast", "stop")
+
+    def crash(self) -> None:
+        """An immediate shutdown: as a lost machine, no checkpoint, no goodbye to anyone."""
+        self._ctl("-m", "immediate", "stop")
+
+    def promote(self) -> None:
+        """A standby becomes a primary (and answers writes once this returns)."""
+        self._ctl("promote")
 
     def __enter__(self) -> PrivatePostgres:
         return self.start()

@@ -16,7 +16,7 @@ __all__ = ["data_db"]
 def server_settings(conn) -> tuple:
     return conn.execute(
         "SELECT current_setting('tcp_user_timeout'), current_setting('tcp_keepalives_idle'),"
-        " current_setting('tcp_keepalives_count')"
+        " current_setting('tcp_keepalives_count'), current_setting('statement_timeout')"
     ).fetchone()
 
 
@@ -25,19 +25,21 @@ def test_a_dedicated_engine_session_checks_its_link_on_both_ends():
         client = conn.info.get_parameters()
         assert client["keepalives"] == "1" and client["keepalives_idle"] == "2"
         assert client["tcp_user_timeout"] == str(TCP_USER_TIMEOUT_MS)
-        assert server_settings(conn) == ("5000", "2", "3")
+        assert server_settings(conn) == ("5000", "2", "3", "30s")
 
 
 def test_every_django_session_of_an_engine_process_checks_its_link(db):
+    """And bounds every statement, so that one whose answer never comes ends."""
     params = connection.get_connection_params()
     assert params["tcp_user_timeout"] == TCP_USER_TIMEOUT_MS and params["keepalives"] == 1
     _configure_engine_session(None, connection)  # what every new session of an engine process runs
     with connection.cursor() as cur:
         cur.execute(
             "SELECT current_setting('tcp_user_timeout'), current_setting('lock_timeout'),"
-            " current_setting('idle_in_transaction_session_timeout')"
+            " current_setting('idle_in_transaction_session_timeout'),"
+            " current_setting('statement_timeout')"
         )
-        assert cur.fetchone() == ("5000", "5s", "1500ms")
+        assert cur.fetchone() == ("5000", "5s", "1500ms", "30s")
 
 
 def test_a_jobs_session_checks_its_link_unless_its_url_turns_keepalives_off(data_db, settings):

@@ -350,18 +350,25 @@ def end_member_sessions(member: Member) -> None:
         )
 
 
+#: Since when this server has served the engine's sessions: its start, or, on a promoted
+#: standby, the last transaction it replayed (the lost primary's last commit, moments before
+#: the promotion; a standby's own start may be days old, and its advisory locks are none of
+#: the old primary's).
+SERVER_SINCE = "greatest(pg_postmaster_start_time(), pg_last_xact_replay_timestamp())"
+
+
 def find_dead_members(heartbeat_timeout: float) -> list[tuple[int, str]]:
     """ALIVE members whose lock is gone or whose heartbeat is older than the timeout.
 
-    A database restart ends every session at once: for one heartbeat timeout after it, a
-    missing lock is not a death (members are reconnecting), and heartbeats count from the
-    restart.
+    A database restart, or a failover to a standby, ends every session at once: for one
+    heartbeat timeout after it, a missing lock is not a death (members are reconnecting), and
+    heartbeats count from it (``SERVER_SINCE``).
 
     Returns (member id, reason) in id order (a deterministic order for the removals).
     """
     with connection.cursor() as cur:
         cur.execute(
-            """
+            f"""
             SELECT m.id,
                    CASE WHEN l.objid IS NULL THEN 'membership session ended'
                         ELSE 'heartbeat timeout' END
@@ -372,8 +379,8 @@ def find_dead_members(heartbeat_timeout: float) -> list[tuple[int, str]]:
                AND l.classid = %s AND l.objid::bigint = m.id AND l.objsubid = 2 AND l.granted
              WHERE m.state = %s
                AND ((l.objid IS NULL
-                     AND pg_postmaster_start_time() < now() - make_interval(secs => %s))
-                    OR greatest(m.last_heartbeat, pg_postmaster_start_time())
+                     AND {SERVER_SINCE} < now() - make_interval(secs => %s))
+                    OR greatest(m.last_heartbeat, {SERVER_SINCE})
                        < now() - make_interval(secs => %s))
              ORDER BY m.id
             """,

@@ -65,9 +65,12 @@ def parse_url(url: str, properties: dict | None = None, database: str = "") -> d
 
 
 def endpoints(params: dict[str, str]) -> list[tuple[str, str]]:
-    """(host, port) of every host of libpq ``params`` (port "5432" when none is given)."""
+    """(host, port) of every host of libpq ``params`` (port "5432" when none is given; one
+    port given is every host's, as libpq reads it)."""
     hosts = params["host"].split(",")
     ports = str(params.get("port") or "").split(",")
+    if len(ports) == 1:
+        ports = ports * len(hosts)
     return [(h, (ports[i] if i < len(ports) else "") or "5432") for i, h in enumerate(hosts)]
 
 
@@ -85,13 +88,16 @@ def _same_host(a: str, b: str) -> bool:
 
 
 def is_engine_database(params: dict[str, str]) -> bool:
-    """Whether any host of ``params`` is the engine's own database."""
+    """Whether any host of ``params`` is any host of the engine's own database (it may name
+    several: a primary and its standbys)."""
     engine = settings.DATABASES["default"]
-    engine_host = str(engine.get("HOST") or "localhost")
-    engine_port = str(engine.get("PORT") or 5432)
+    ours = endpoints(
+        {"host": str(engine.get("HOST") or "localhost"), "port": str(engine.get("PORT") or "")}
+    )
     return params.get("dbname") == engine["NAME"] and any(
         port == engine_port and (_same_host(host, engine_host) or engine_host.startswith("/"))
         for host, port in endpoints(params)
+        for engine_host, engine_port in ours
     )
 
 

@@ -106,6 +106,7 @@ class Command(BaseCommand):
             heartbeat_timeout=opts["heartbeat_timeout"],
             port=opts["port"],
             worker_tags=opts["worker_tags"],
+            hosts=opts["host"],
         )
         cluster.up(spec, timeout=opts["timeout"])
         self.stdout.write(
