@@ -224,11 +224,26 @@ class Chaos:
             "SELECT id, state FROM engine_checkpoint WHERE job_id = %s ORDER BY id DESC LIMIT 3",
             (batch_job,),
         )
+        # What the engine did last about it, and its control steps: why it waits.
+        events = self.c.query(
+            "SELECT kind, epoch FROM engine_engineevent WHERE job_id = %s"
+            " AND kind NOT LIKE 'checkpoint.%%' ORDER BY seq DESC LIMIT 8",
+            (batch_job,),
+        )
+        steps = self.c.query(
+            "SELECT kind, state, attempts, left(result, 120) FROM engine_controlstep"
+            " WHERE job_id = %s ORDER BY id DESC LIMIT 4",
+            (batch_job,),
+        )
         return (
             "task groups "
             + ", ".join(f"{g[0]} {g[1]} {g[2]} #{g[3]} on {g[4]} ({g[5]})" for g in groups)
             + "; checkpoints "
             + (", ".join(f"{c[0]} {c[1]}" for c in cuts) or "none")
+            + "; newest events "
+            + ", ".join(f"{k} (epoch {e})" for k, e in events)
+            + "; control steps "
+            + (", ".join(f"{k} {st} x{n} {r!r}" for k, st, n, r in steps) or "none")
         )
 
     # -- one fault ----------------------------------------------------------------------------

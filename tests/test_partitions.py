@@ -24,20 +24,6 @@ from tests.partitionkit import SCENARIOS, partition_cluster  # noqa: E402
 FLOWS_AGAIN_WITHIN = 5.0
 
 
-@pytest.fixture(scope="module")
-def partitions():
-    with partition_cluster() as p:
-        yield p
-
-
-@pytest.mark.parametrize("name", list(SCENARIOS), ids=[f.__name__ for f in SCENARIOS.values()])
-def test_scenario(partitions, name):
-    outcome = partitions.run(name, SCENARIOS[name])
-    print(describe(outcome))
-    assert outcome.clean, describe(outcome)
-    assert outcome.flows_again < FLOWS_AGAIN_WITHIN, describe(outcome)
-
-
 def test_primary_lost_and_a_synchronous_standby_promoted():
     """The engine's ``DATABASE_URL`` names both servers (libpq's multi-host form, read-write
     sessions only); the primary crashes and the standby is promoted: no row the test saw
@@ -51,3 +37,17 @@ def test_primary_lost_and_a_synchronous_standby_promoted():
     assert outcome.clean, describe(outcome)
     assert outcome.restores == 0, describe(outcome)
     assert outcome.flows_again < 30, describe(outcome)
+
+
+@pytest.fixture(scope="module")
+def partitions():
+    with partition_cluster() as p:
+        yield p
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS), ids=[f.__name__ for f in SCENARIOS.values()])
+def test_scenario(partitions, name):
+    outcome = partitions.run(name, SCENARIOS[name])
+    print(describe(outcome))
+    assert outcome.clean, describe(outcome)
+    assert outcome.flows_again < FLOWS_AGAIN_WITHIN, describe(outcome)
