@@ -16,7 +16,7 @@ from datetime import timedelta
 
 import psycopg
 
-from engine.cluster.membership import SERVER_SINCE
+from engine.cluster.incarnation import SERVER_SINCE
 from tests.chaoskit import Chaos
 from tests.clusterkit import Cluster, DatabaseTemplate, wait_for
 from tests.faultkit import PrivatePostgres, PrivateRedis

@@ -24,6 +24,7 @@ from django.db import connection, transaction
 
 from engine import dirty
 from engine import events as builders
+from engine.cluster.incarnation import SERVER_SINCE
 from engine.cluster.slots import create_fixed_slots
 from engine.cluster.versions import tracking_refusal, writer_refusal
 from engine.connectors.jdbc_sessions import member_sink_sessions
@@ -348,13 +349,6 @@ def end_member_sessions(member: Member) -> None:
             member.name,
             error.strip().splitlines()[0] if error.strip() else "refused",
         )
-
-
-#: Since when this server has served the engine's sessions: its start, or, on a promoted
-#: standby, the last transaction it replayed (the lost primary's last commit, moments before
-#: the promotion; a standby's own start may be days old, and its advisory locks are none of
-#: the old primary's).
-SERVER_SINCE = "greatest(pg_postmaster_start_time(), pg_last_xact_replay_timestamp())"
 
 
 def find_dead_members(heartbeat_timeout: float) -> list[tuple[int, str]]:
