@@ -43,7 +43,6 @@ EMBEDDED_REDIS_PORT = int(os.environ.get("KEEL_EMBEDDED_REDIS_PORT", "63799"))
 def createdb(url: str) -> None:
     """Create the database of ``url`` if it does not exist (connecting to ``postgres``)."""
     import psycopg
-    from psycopg import sql
 
     parts = urlsplit(url)
     name = parts.path.lstrip("/")
@@ -51,6 +50,11 @@ def createdb(url: str) -> None:
         raise ServiceUnavailable(f"error: DATABASE_URL {mask_url(url)} names no database")
     maintenance = urlunsplit(parts._replace(path="/postgres"))
     check_postgres(maintenance, display_url=url)
+    if "," in parts.netloc:  # libpq's multi-host form: libpq reads it (and finds the primary)
+        multi = psycopg.connect(maintenance, autocommit=True, connect_timeout=3)
+        with multi as conn:
+            _create(conn, name)
+        return
     with psycopg.connect(
         host=parts.hostname,
         port=parts.port,
@@ -60,13 +64,20 @@ def createdb(url: str) -> None:
         autocommit=True,
         connect_timeout=3,
     ) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-        if not exists:
-            try:
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-                print(f"created database {name}", file=sys.stderr)
-            except psycopg.errors.DuplicateDatabase:
-                pass
+        _create(conn, name)
+
+
+def _create(conn, name: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+        return
+    try:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        print(f"created database {name}", file=sys.stderr)
+    except psycopg.errors.DuplicateDatabase:
+        pass
 
 
 #: Keel's own apps: Django's are migrated in the same ``migrate`` run as these.

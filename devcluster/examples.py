@@ -59,9 +59,10 @@ def prepare_examples_db(database_url: str, name: str = EXAMPLES_DB) -> str:
             (ORDERS,),
         )
     parts = urlsplit(url)
-    return "jdbc:" + urlunsplit(
-        parts._replace(scheme="postgresql", netloc=f"{parts.hostname}:{parts.port or 5432}")
-    )
+    hosts = parts.netloc.rpartition("@")[2]  # every host of a multi-host URL, as written
+    if "," not in hosts:
+        hosts = f"{parts.hostname}:{parts.port or 5432}"
+    return "jdbc:" + urlunsplit(parts._replace(scheme="postgresql", netloc=hosts))
 
 
 def save_examples_connection(jdbc_url: str, database_url: str) -> None:

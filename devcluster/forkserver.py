@@ -29,6 +29,8 @@ import traceback
 from pathlib import Path
 from typing import IO
 
+from devcluster.processes import enter_netns
+
 #: What a master or a worker imports on its way to running: imported once, here.
 PRELOAD = (
     "engine.management.commands.master",
@@ -107,10 +109,6 @@ def become(name: str, argv: list[str], log: str, netns: str = "") -> int:
     """In the forked child: detach, take the process's identity (and its host's network
     namespace, if it has one), and run its command; the exit status."""
     os.setsid()
-    if netns:
-        from devcluster.processes import enter_netns
-
-        enter_netns(netns)  # before any socket: the fork server opened none
     # The server's only change to an interpreter's signal dispositions (SIGPIPE and SIGXFSZ
     # stay ignored, as Python sets them: a write to a closed socket raises, never kills).
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -123,6 +121,12 @@ def become(name: str, argv: list[str], log: str, netns: str = "") -> int:
     os.close(null)
     sys.stdout.reconfigure(line_buffering=True, write_through=True)
     sys.stderr.reconfigure(line_buffering=True, write_through=True)
+    if netns:
+        try:
+            enter_netns(netns)  # before any socket: the fork server opened none
+        except OSError as exc:
+            print(f"{name}: {exc}", file=sys.stderr)
+            return 1
     os.environ["KEEL_PROCESS_NAME"] = name
     os.environ["PYTHONUNBUFFERED"] = "1"
     _set_comm(name)

@@ -182,7 +182,8 @@ class ProcessFiles:
 
 #: setns(2)'s flag for a network namespace.
 CLONE_NEWNET = 0x40000000
-_LIBC = ctypes.CDLL(None, use_errno=True)
+_SETNS = ctypes.CDLL(None, use_errno=True).setns  # looked up now, not in a forked child
+_SETNS.argtypes = [ctypes.c_int, ctypes.c_int]
 
 
 def netns_path(name: str) -> Path:
@@ -194,6 +195,8 @@ def check_netns(name: str) -> None:
     error here, not a child that dies before it can say why."""
     if name and not netns_path(name).exists():
         raise ClusterError(f"no network namespace {name!r} (make it with `ip netns add {name}`)")
+    if name and os.geteuid() != 0:
+        raise ClusterError(f"--host {name}: entering a network namespace needs root")
 
 
 def enter_netns(name: str) -> None:
@@ -203,7 +206,7 @@ def enter_netns(name: str) -> None:
     child of a threaded parent could wait forever on a lock another thread held)."""
     fd = os.open(netns_path(name), os.O_RDONLY | os.O_CLOEXEC)
     try:
-        if _LIBC.setns(fd, CLONE_NEWNET) != 0:
+        if _SETNS(fd, CLONE_NEWNET) != 0:
             errno = ctypes.get_errno()
             raise OSError(errno, f"setns into network namespace {name!r}: {os.strerror(errno)}")
     finally:

@@ -31,7 +31,10 @@ _TIMED_OUT = (psycopg.errors.IdleInTransactionSessionTimeout, psycopg.errors.Idl
 
 def session_lost(exc: BaseException) -> bool:
     """Whether ``exc`` says this request's database session is gone (unreachable, or ended by
-    the server): its transaction committed nothing, and the same work may be tried again."""
+    the server): its transaction committed nothing, and the same work may be tried again. A
+    statement the server cancelled (its statement timeout) is not: the session is there."""
+    if isinstance(exc.__cause__ or exc, psycopg.errors.QueryCanceled):
+        return False
     return isinstance(exc, UNREACHABLE) or isinstance(exc.__cause__ or exc, _TIMED_OUT)
 
 
@@ -54,10 +57,11 @@ IDLE_IN_TRANSACTION_TIMEOUT_MS = 1500
 #: No lock wait of an engine process (a worker's report, a web request) lasts longer: a stuck
 #: holder costs a retry, never a stalled engine.
 LOCK_TIMEOUT_MS = 5000
-#: No engine statement runs longer: a statement whose answer is lost on a half-open link, or
-#: one stuck behind a server that stopped answering, ends here at the latest (the link checks
-#: above usually end it first). Generous for the engine's own work (its statements are short,
-#: batched and indexed); a use that needs a tighter bound sets its own.
+#: No engine statement runs longer on the server, waiting for locks or work included: the
+#: server cancels it and frees what it held. (A client waiting on a dead link is bounded by
+#: the link checks above: the server cannot tell it anything.) Generous for the engine's own
+#: work (its statements are short, batched and indexed); a use that needs a tighter bound
+#: sets its own.
 STATEMENT_TIMEOUT_MS = 30000
 #: Set by ``manage.py web`` for the daphne process it becomes (see keel/asgi.py).
 GUARDED_SESSIONS_ENV = "KEEL_GUARDED_SESSIONS"
@@ -92,7 +96,8 @@ def connect_dedicated(application_name: str) -> psycopg.Connection:
         connect_timeout=opts.get("connect_timeout", 3),
         tcp_user_timeout=opts.get("tcp_user_timeout", TCP_USER_TIMEOUT_MS),
         options=f"{SERVER_KEEPALIVES} -c idle_in_transaction_session_timeout="
-        f"{IDLE_IN_TRANSACTION_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS}",
+        f"{IDLE_IN_TRANSACTION_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS}"
+        + (f" {opts['options']}" if opts.get("options") else ""),  # the URL's own, after ours
     )
     return psycopg.connect(**{**_url_options(opts), **params}, autocommit=True)
 

@@ -21,6 +21,8 @@ app = Celery("keel")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_queues = [Queue(CONTROL_QUEUE)]
 app.conf.worker_consumer = "keel.celery_consumer:PromptConsumer"  # reconnects within 1 s
+# ... for as long as the broker is away (Celery's default gives up after 100 attempts).
+app.conf.broker_connection_max_retries = None
 app.autodiscover_tasks(["engine.member", "engine.master"], related_name="handlers")
 # The current app of every thread (web views, a worker's own threads), not just this one's.
 app.set_default()

@@ -16,10 +16,14 @@ import socket
 #: ``socket_keepalive_options``): keepalives after 2 s idle, every second, 3 probes; and 5 s
 #: for data in flight.
 REDIS_KEEPALIVE_OPTIONS = {
-    socket.TCP_KEEPIDLE: 2,
-    socket.TCP_KEEPINTVL: 1,
-    socket.TCP_KEEPCNT: 3,
-    socket.TCP_USER_TIMEOUT: 5000,
+    getattr(socket, name): value
+    for name, value in (
+        ("TCP_KEEPIDLE", 2),
+        ("TCP_KEEPINTVL", 1),
+        ("TCP_KEEPCNT", 3),
+        ("TCP_USER_TIMEOUT", 5000),
+    )
+    if hasattr(socket, name)  # Linux's; another system keeps what it has
 }
 REDIS_LINK_CHECKS = {"socket_keepalive": True, "socket_keepalive_options": REDIS_KEEPALIVE_OPTIONS}
 

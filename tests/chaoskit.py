@@ -194,18 +194,29 @@ class Chaos:
         def done() -> bool:
             batch = job(self.c, batch_job)["jobStatus"]
             stream = job(self.c, self.stream_job)["pipelines"][0]["status"]
-            assigned, held = self.c.query(
+            # Every assigned slot of a live member held by exactly one live task group, and
+            # every live task group on an assigned slot (counts alone could cancel out).
+            live = "t.status IN ('DEPLOYING', 'RUNNING', 'FAILING', 'CANCELING')"
+            leaked, doubled, unassigned = self.c.query(
                 "SELECT (SELECT count(*) FROM engine_slot s JOIN engine_member m"
-                " ON m.id = s.member_id WHERE m.state = 'ALIVE' AND s.state = 'ASSIGNED'),"
+                " ON m.id = s.member_id WHERE m.state = 'ALIVE' AND s.state = 'ASSIGNED'"
+                f" AND NOT EXISTS (SELECT 1 FROM engine_taskgroup t WHERE t.slot_id = s.id"
+                f" AND {live})),"
+                f" (SELECT count(*) FROM (SELECT t.slot_id FROM engine_taskgroup t WHERE {live}"
+                " AND t.slot_id IS NOT NULL GROUP BY t.slot_id HAVING count(*) > 1) d),"
                 " (SELECT count(*) FROM engine_taskgroup t JOIN engine_slot s ON s.id = t.slot_id"
-                " JOIN engine_member m ON m.id = s.member_id WHERE m.state = 'ALIVE'"
-                " AND t.status IN ('DEPLOYING', 'RUNNING', 'FAILING', 'CANCELING'))"
+                f" WHERE {live} AND s.state <> 'ASSIGNED')"
             )[0]
             seen["last"] = (
-                f"batch job {batch}, streaming pipeline {stream}, {assigned} slots assigned and"
-                f" {held} held; {self.unfinished(batch_job)}"
+                f"batch job {batch}, streaming pipeline {stream}, {leaked} assigned slots with"
+                f" no live task group, {doubled} held twice, {unassigned} task groups on a"
+                f" slot not assigned; {self.unfinished(batch_job)}"
             )
-            return batch == "FINISHED" and stream == "RUNNING" and assigned == held
+            return (
+                batch == "FINISHED"
+                and stream == "RUNNING"
+                and not (leaked or doubled or unassigned)
+            )
 
         try:
             wait_for(done, timeout, interval=0.2, what="the cluster to settle")

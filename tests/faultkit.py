@@ -139,9 +139,10 @@ class PrivatePostgres:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        if address != "127.0.0.1":
+        if address != "127.0.0.1":  # the test network's hosts (tests.netkit: a /16)
+            network = ".".join(address.split(".")[:2]) + ".0.0/16"
             with open(self.data / "pg_hba.conf", "a") as hba:
-                hba.write("host all all 0.0.0.0/0 trust\n")
+                hba.write(f"host all all {network} trust\n")
 
     def _ctl(self, *args: str) -> None:
         listen = ",".join(dict.fromkeys(["127.0.0.1", self.address]))

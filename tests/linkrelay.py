@@ -82,6 +82,7 @@ class LinkRelay:
     def __init__(self, service: str) -> None:
         self.service = service
         self.links: dict[str, Link] = {}
+        self.servers: list[asyncio.AbstractServer] = []
         self.ports: dict[str, list[int]] = {}
         #: Called (in the relay's thread) with a host's name when its link is cut by a
         #: statement: the kit then cuts the host's packets too, so nothing new gets through.
@@ -102,6 +103,7 @@ class LinkRelay:
             server = await asyncio.start_server(
                 lambda r, w: self._carry(link, port, r, w), address, 0
             )
+            self.servers.append(server)
             return server.sockets[0].getsockname()[1]
 
         return self._call(start())
@@ -141,19 +143,25 @@ class LinkRelay:
 
     def close(self) -> None:
         async def shut_down() -> None:
+            # Connections aborted, their pumps end of themselves (a cancelled connection task
+            # would make asyncio's server log its CancelledError); any left are cancelled.
+            for server in self.servers:
+                server.close()
             for link in self.links.values():
                 for transport in list(link.transports):
                     transport.abort()
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if tasks:
+                _, pending = await asyncio.wait(tasks, timeout=5)
+                for task in pending:
+                    task.cancel()
 
         with contextlib.suppress(Exception):
             self._call(shut_down())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
-        self.loop.close()
+        if not self.thread.is_alive():
+            self.loop.close()
 
     # -- the relay (in its loop) ------------------------------------------------------------
 

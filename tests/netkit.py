@@ -14,11 +14,14 @@ Needs root, ``ip`` (iproute2) and ``nft`` (nftables); ``available()`` says why n
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tests.clusterkit import LANE
 from tests.linkrelay import LinkRelay
@@ -35,7 +38,17 @@ def available() -> str:
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if made.returncode != 0:
         return f"`ip netns add` fails here: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    try:  # the rules the faults use: filter chains, and NAT to a relay
+        nft(
+            "add table inet p\nadd chain inet p o { type filter hook output priority 0; }\n"
+            "add rule inet p o numgen random mod 100 < 1 drop\n"
+            "add table ip n\nadd chain ip n o { type nat hook output priority -100; }\n",
+            probe,
+        )
+    except subprocess.CalledProcessError as exc:
+        return f"nftables cannot filter or NAT in a namespace here: {exc.stderr.strip()}"
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
     return ""
 
 
@@ -121,8 +134,18 @@ class Network:
             for i in range(1, hosts + 1)
         ]
         self.relay: LinkRelay | None = None
+        self._lock: int | None = None
 
     def __enter__(self) -> Network:
+        # One network per lane at a time (a benchmark and a test run both use lane 0's names):
+        # the second would tear the first's down.
+        lock = Path(tempfile.gettempdir()) / f"keel-netkit-{LANE}.lock"
+        self._lock = os.open(lock, os.O_CREAT | os.O_RDWR)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock)
+            raise AssertionError(f"another run is using lane {LANE}'s test hosts") from None
         self.tear_down()  # what a killed run of this lane left
         sh("ip", "addr", "add", f"{self.service}/32", "dev", "lo")
         for host in self.hosts:
@@ -130,9 +153,13 @@ class Network:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.relay is not None:
-            self.relay.close()
-        self.tear_down()
+        try:
+            if self.relay is not None:
+                self.relay.close()
+        finally:
+            self.tear_down()
+            if self._lock is not None:
+                os.close(self._lock)  # and its lock with it
 
     def _make(self, host: Host) -> None:
         outer, inner = host.name, f"{host.name}x"

@@ -147,8 +147,13 @@ def master_commit_answer_lost(p: Partitions) -> None:
     _commit_answer_lost(p, name, p.engine_port, "COMMIT")
 
 
-def cleanup_record(p: Partitions, job_id: int) -> str | None:
-    return p.c.one("SELECT state FROM engine_jobcleanuprecord WHERE job_id = %s", (job_id,))
+def cleanup_record(p: Partitions, job_id: int) -> tuple | None:
+    """(state, executions) of the job's running-state cleanup record."""
+    return p.c.one(
+        "SELECT state, executions FROM engine_jobcleanuprecord"
+        " WHERE job_id = %s AND kind = 'JOB_STATE'",
+        (job_id,),
+    )
 
 
 def partition_inside_cleanup_delay(p: Partitions) -> None:
@@ -159,7 +164,8 @@ def partition_inside_cleanup_delay(p: Partitions) -> None:
     with healed_after(host):
         host.cut(p.engine_port)
         lasting(CLEANUP_DELAY + 4, "the partition to pass the cleanup's due time")
-    wait_for(lambda: cleanup_record(p, p.batch_job) == "DONE", 60, 0.2, "the cleanup")
+    wait_for(lambda: cleanup_record(p, p.batch_job)[0] == "DONE", 60, 0.2, "the cleanup")
+    assert cleanup_record(p, p.batch_job) == ("DONE", 1), "the cleanup ran more than once"
 
 
 def partition_during_drain(p: Partitions) -> None:

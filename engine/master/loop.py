@@ -147,6 +147,8 @@ class Master:
         #: The epoch whose reconciliation is done: nothing is restored or scheduled before.
         self.reconciled_epoch: int | None = None
         self.sweep = ActiveStep(SWEEP_INTERVAL, self.sweep_members)
+        #: No member is judged before this (monotonic): members lost the database when we did.
+        self.sweep_after = 0.0
         #: The active master's steps after the reconciliation, in the order of a pass.
         self.active_steps = (
             # Recovery first: lost work failed, stopping work cancelled, restores and new jobs
@@ -247,6 +249,8 @@ class Master:
         )
 
     def sweep_members(self, epoch: int) -> bool:
+        if time.monotonic() < self.sweep_after:
+            return False
         return sweep_members(epoch, self.options.heartbeat_timeout) > 0
 
     def housekeeping(self, epoch: int) -> bool:
@@ -308,6 +312,10 @@ class Master:
 
     def _lost_database(self, exc: BaseException) -> None:
         log.error("database error in master loop: %s", str(exc).strip() or type(exc).__name__)
+        # Whatever cut us off (a restart, a failover to a standby however slow its promotion,
+        # a partition) cut the members off too: they get one heartbeat timeout from our
+        # return to take their locks back and beat again before any is judged dead.
+        self.sweep_after = time.monotonic() + self.options.heartbeat_timeout
         try:
             for conn in connections.all():
                 conn.close_if_unusable_or_obsolete()
