@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import psycopg
 
@@ -23,6 +24,7 @@ from tests.faultkit import PrivatePostgres, PrivateRedis
 from tests.netkit import Host, Network, healed_after
 from tests.test_jobs_cluster import job
 
+T = TypeVar("T", bound=Chaos)
 MASTERS, WORKERS = 2, 3
 HEARTBEAT_TIMEOUT = 3.0
 CLEANUP_DELAY = 6  # seconds: a partition fits inside it
@@ -72,19 +74,22 @@ def lasting(seconds: float, what: str) -> None:
 # -- the scenarios -------------------------------------------------------------------------
 
 
+def _reader_host_cut(p: Partitions, seconds: float, cut: Callable[[Host], None]) -> None:
+    """``cut`` a reader's worker's host, for ``seconds``, then heal it."""
+    with healed_after(p.host(p.reader_worker())) as host:
+        cut(host)
+        lasting(seconds, f"{seconds} s of partition")
+
+
 def worker_cut_from_postgres(p: Partitions) -> None:
     """A reader's worker loses PostgreSQL (it still reaches Redis), healed after 30 s."""
-    with healed_after(p.host(p.reader_worker())) as host:
-        host.cut(p.engine_port, p.data_port)
-        lasting(30, "30 s of partition")
+    _reader_host_cut(p, 30, lambda host: host.cut(p.engine_port, p.data_port))
 
 
 def worker_cut_from_redis(p: Partitions) -> None:
     """A reader's worker loses Redis (it still reaches PostgreSQL) for 10 s: longer than the
     link checks take to end its connections."""
-    with healed_after(p.host(p.reader_worker())) as host:
-        host.cut(p.redis_port)
-        lasting(10, "10 s of partition")
+    _reader_host_cut(p, 10, lambda host: host.cut(p.redis_port))
 
 
 def master_cut_from_postgres(p: Partitions) -> None:
@@ -100,9 +105,7 @@ def master_cut_from_postgres(p: Partitions) -> None:
 
 def answers_dropped(p: Partitions) -> None:
     """Asymmetric: PostgreSQL's answers to a reader's worker are lost, its packets arrive."""
-    with healed_after(p.host(p.reader_worker())) as host:
-        host.drop_answers(p.engine_port, p.data_port)
-        lasting(10, "10 s of one-way partition")
+    _reader_host_cut(p, 10, lambda host: host.drop_answers(p.engine_port, p.data_port))
 
 
 def slow_database_link(p: Partitions) -> None:
@@ -201,6 +204,35 @@ SCENARIOS: dict[str, Callable[[Partitions], None]] = {
 }
 
 
+def prepare_data_server(data: PrivatePostgres) -> None:
+    """The jobs' server: a database for the streaming target, one for the batch tables, and
+    the role the batch jobs connect as."""
+    with psycopg.connect(f"{data.url}/postgres", autocommit=True) as conn:
+        for name in ("keel_stream", "keel_data"):
+            conn.execute(f"CREATE DATABASE {name}")
+        conn.execute("CREATE ROLE root LOGIN SUPERUSER")
+
+
+def streaming(
+    cluster: Cluster, template: DatabaseTemplate, data: PrivatePostgres, make: Callable[[], T]
+) -> Iterator[T]:
+    """The cluster up, its chaos kit made (``make``) with the streaming job running; the
+    cluster's databases dropped on the way out."""
+    try:
+        with cluster:
+            chaos = make()
+            chaos.jdbc = f"jdbc:postgresql://{data.address}:{data.port}/keel_data"
+            chaos.start_streaming()
+            yield chaos
+    finally:
+        with contextlib.suppress(Exception):
+            template.drop_all()
+
+
+def data_urls(data: PrivatePostgres) -> dict[str, str]:
+    return {"data_url": f"{data.url}/keel_data", "stream_url": f"{data.url}/keel_stream"}
+
+
 @contextlib.contextmanager
 def partition_cluster() -> Iterator[Partitions]:
     """The cluster on test hosts, its services private on the network's service address."""
@@ -210,10 +242,7 @@ def partition_cluster() -> Iterator[Partitions]:
             PrivateRedis(address=net.service) as redis,
             PrivatePostgres({"max_prepared_transactions": 16}, address=net.service) as data,
         ):
-            with psycopg.connect(f"{data.url}/postgres", autocommit=True) as conn:
-                for name in ("keel_stream", "keel_data"):
-                    conn.execute(f"CREATE DATABASE {name}")
-                conn.execute("CREATE ROLE root LOGIN SUPERUSER")
+            prepare_data_server(data)
             net.relay_through([postgres.port, data.port])
             template = DatabaseTemplate(postgres.url)
             hosts = [
@@ -232,22 +261,10 @@ def partition_cluster() -> Iterator[Partitions]:
             )
             cluster.env["KEEL_JOB_STATE_CLEANUP_DELAY"] = f"{CLEANUP_DELAY}s"
             cluster.env["KEEL_CONNECTORS_JDBC_ALLOWED"] = f"{net.service}:{data.port}"
-            try:
-                with cluster:
-                    p = Partitions(
-                        cluster,
-                        net,
-                        postgres.port,
-                        redis.port,
-                        data.port,
-                        postgres=postgres,
-                        redis=redis,
-                        data_url=f"{data.url}/keel_data",
-                        stream_url=f"{data.url}/keel_stream",
-                    )
-                    p.jdbc = f"jdbc:postgresql://{net.service}:{data.port}/keel_data"
-                    p.start_streaming()
-                    yield p
-            finally:
-                with contextlib.suppress(Exception):
-                    template.drop_all()
+            ports, urls = (postgres.port, redis.port, data.port), data_urls(data)
+            yield from streaming(
+                cluster,
+                template,
+                data,
+                lambda: Partitions(cluster, net, *ports, postgres=postgres, redis=redis, **urls),
+            )

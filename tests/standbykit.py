@@ -20,7 +20,7 @@ from engine.cluster.incarnation import SERVER_SINCE
 from tests.chaoskit import Chaos
 from tests.clusterkit import Cluster, DatabaseTemplate, wait_for
 from tests.faultkit import PrivatePostgres, PrivateRedis
-from tests.partitionkit import lasting
+from tests.partitionkit import data_urls, lasting, prepare_data_server, streaming
 
 HEARTBEAT_TIMEOUT = 3.0
 #: The primary waits for its standby's flush before a commit returns.
@@ -91,10 +91,7 @@ def failover_cluster() -> Iterator[Failover]:
         PrivatePostgres({"max_prepared_transactions": 16}) as data,
     ):
         wait_for(lambda: streams_synchronously(primary), 30, 0.1, "a synchronous standby")
-        with psycopg.connect(f"{data.url}/postgres", autocommit=True) as conn:
-            for name in ("keel_stream", "keel_data"):
-                conn.execute(f"CREATE DATABASE {name}")
-            conn.execute("CREATE ROLE root LOGIN SUPERUSER")
+        prepare_data_server(data)
         both = f"postgres://postgres@127.0.0.1:{primary.port},127.0.0.1:{standby.port}"
         template = DatabaseTemplate(both)
         cluster = Cluster(
@@ -107,20 +104,11 @@ def failover_cluster() -> Iterator[Failover]:
         )
         cluster.database_url += "?target_session_attrs=read-write"
         cluster.env["DATABASE_URL"] = cluster.database_url
-        try:
-            with cluster:
-                f = Failover(
-                    cluster,
-                    primary,
-                    standby,
-                    postgres=primary,
-                    redis=redis,
-                    data_url=f"{data.url}/keel_data",
-                    stream_url=f"{data.url}/keel_stream",
-                )
-                f.jdbc = f"jdbc:postgresql://127.0.0.1:{data.port}/keel_data"
-                f.start_streaming()
-                yield f
-        finally:
-            with contextlib.suppress(Exception):
-                template.drop_all()
+        yield from streaming(
+            cluster,
+            template,
+            data,
+            lambda: Failover(
+                cluster, primary, standby, postgres=primary, redis=redis, **data_urls(data)
+            ),
+        )
