@@ -33,9 +33,9 @@ from engine.member.dataplane import (
 from engine.member.mailbox import Barrier, Message
 from engine.models import TaskGroup
 from engine.sourceruntime import SourceRuntime, check_restore
-from engine.sourceruntime.capability import LaneMismatch
+from engine.sourceruntime.capability import LaneMismatch, check_snapshot_versions
 from engine.sourceruntime.choices import AdmissionStatus, CommandKind
-from engine.sourceruntime.envelope import AdmissionAck, SourceCommandEnvelope
+from engine.sourceruntime.envelope import PROTOCOL_VERSION, AdmissionAck, SourceCommandEnvelope
 from engine.sourceruntime.lifecycle import Life
 from engine.sourceruntime.limits import MailboxLimits, PollLimits
 from engine.sourceruntime.mailbox import ReaderMailbox, WorkerBudget
@@ -139,6 +139,8 @@ class ManagedReaderTask:
             own = (states.get(group.id) or {}).get("managed") or {}
         try:
             check_restore(recorded, get_plugin("source", source_node["plugin"]))
+            if own:  # a snapshot of a runtime that reads what this one cannot: refused here
+                check_snapshot_versions(own["metadata"], PROTOCOL_VERSION)
             if own and own["metadata"]["capabilityDigest"] != recorded.capability_digest:
                 raise LaneMismatch(
                     f"the checkpoint's capability {own['metadata']['capabilityDigest']} is not "

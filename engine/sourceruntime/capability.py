@@ -92,3 +92,21 @@ def check_restore(recorded: SourceRuntime, plugin: type) -> SourceRuntime:
             f"{installed or 'no managed capability'}; restore with a matching version"
         )
     return recorded
+
+
+def check_snapshot_versions(metadata: dict, protocol_version: int) -> None:
+    """A reader's snapshot is restored only by a runtime that reads every version it records:
+    its runtime metadata's, the command protocol's and the managed lane's. A newer (or
+    missing) one is refused before anything executes (LaneMismatch, naming the key), never
+    read as if it were ours."""
+    for key, ours in (
+        ("metadataVersion", RUNTIME_METADATA_VERSION),
+        ("commandProtocolVersion", protocol_version),
+        ("managedLaneVersion", MANAGED_LANE_VERSION),
+    ):
+        theirs = metadata.get(key)
+        if not isinstance(theirs, int) or isinstance(theirs, bool) or not 1 <= theirs <= ours:
+            raise LaneMismatch(
+                f"the checkpoint's source runtime metadata has {key} {theirs!r}; this engine "
+                f"reads 1 to {ours}: restore with a compatible version"
+            )

@@ -17,7 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine.sourceruntime.capability import MANAGED_LANE_VERSION, RUNTIME_METADATA_VERSION
+from engine.sourceruntime.capability import (
+    MANAGED_LANE_VERSION,
+    RUNTIME_METADATA_VERSION,
+    check_snapshot_versions,
+)
 from engine.sourceruntime.choices import CommandKind, PollStatus
 from engine.sourceruntime.envelope import PROTOCOL_VERSION
 from engine.sourceruntime.lifecycle import Life, Lifecycle, SchemaChange
@@ -307,6 +311,7 @@ class ReaderEventLoop:
 
     def start(self, restored: Snapshot | None = None) -> None:
         if restored is not None:
+            check_snapshot_versions(restored.metadata, PROTOCOL_VERSION)  # before anything runs
             self.life.move(Life.RESTORING)
             self.mailbox.restore_watermarks(restored.metadata["appliedSenderWatermarks"])
             self.no_more_splits_generation = restored.metadata["noMoreSplitsGeneration"]
