@@ -50,8 +50,10 @@ def createdb(url: str) -> None:
         raise ServiceUnavailable(f"error: DATABASE_URL {mask_url(url)} names no database")
     maintenance = urlunsplit(parts._replace(path="/postgres"))
     check_postgres(maintenance, display_url=url)
-    if "," in parts.netloc:  # libpq's multi-host form: libpq reads it (and finds the primary)
-        multi = psycopg.connect(maintenance, autocommit=True, connect_timeout=3)
+    if "," in parts.netloc.rpartition("@")[2]:  # libpq's multi-host form: libpq reads it
+        multi = psycopg.connect(
+            maintenance, autocommit=True, connect_timeout=3, target_session_attrs="read-write"
+        )
         with multi as conn:
             _create(conn, name)
         return

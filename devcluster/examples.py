@@ -62,7 +62,10 @@ def prepare_examples_db(database_url: str, name: str = EXAMPLES_DB) -> str:
     hosts = parts.netloc.rpartition("@")[2]  # every host of a multi-host URL, as written
     if "," not in hosts:
         hosts = f"{parts.hostname}:{parts.port or 5432}"
-    return "jdbc:" + urlunsplit(parts._replace(scheme="postgresql", netloc=hosts))
+        return "jdbc:" + urlunsplit(parts._replace(scheme="postgresql", netloc=hosts, query=""))
+    # pgJDBC's name for libpq's target_session_attrs=read-write: the primary, never a standby.
+    primary = parts._replace(scheme="postgresql", netloc=hosts, query="targetServerType=primary")
+    return "jdbc:" + urlunsplit(primary)
 
 
 def save_examples_connection(jdbc_url: str, database_url: str) -> None:

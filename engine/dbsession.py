@@ -31,11 +31,14 @@ _TIMED_OUT = (psycopg.errors.IdleInTransactionSessionTimeout, psycopg.errors.Idl
 
 def session_lost(exc: BaseException) -> bool:
     """Whether ``exc`` says this request's database session is gone (unreachable, or ended by
-    the server): its transaction committed nothing, and the same work may be tried again. A
-    statement the server cancelled (its statement timeout) is not: the session is there."""
-    if isinstance(exc.__cause__ or exc, psycopg.errors.QueryCanceled):
-        return False
+    the server): its transaction committed nothing, and the same work may be tried again."""
     return isinstance(exc, UNREACHABLE) or isinstance(exc.__cause__ or exc, _TIMED_OUT)
+
+
+def cancelled(exc: BaseException) -> bool:
+    """A statement the server cancelled (its statement timeout): the session is there, and
+    the same statement would take as long again."""
+    return isinstance(exc.__cause__ or exc, psycopg.errors.QueryCanceled)
 
 
 #: How long data sent on an engine session may stay unacknowledged before the kernel drops the
@@ -95,9 +98,10 @@ def connect_dedicated(application_name: str) -> psycopg.Connection:
         keepalives_count=opts.get("keepalives_count", 3),
         connect_timeout=opts.get("connect_timeout", 3),
         tcp_user_timeout=opts.get("tcp_user_timeout", TCP_USER_TIMEOUT_MS),
-        options=f"{SERVER_KEEPALIVES} -c idle_in_transaction_session_timeout="
-        f"{IDLE_IN_TRANSACTION_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS}"
-        + (f" {opts['options']}" if opts.get("options") else ""),  # the URL's own, after ours
+        # The URL's own first: libpq takes the last of a repeated setting, and ours win.
+        options=(f"{opts['options']} " if opts.get("options") else "")
+        + f"{SERVER_KEEPALIVES} -c idle_in_transaction_session_timeout="
+        f"{IDLE_IN_TRANSACTION_TIMEOUT_MS} -c statement_timeout={STATEMENT_TIMEOUT_MS}",
     )
     return psycopg.connect(**{**_url_options(opts), **params}, autocommit=True)
 
@@ -144,7 +148,7 @@ def ride_out(
         try:
             return call()
         except (*UNREACHABLE, DatabaseError, psycopg.DatabaseError) as exc:
-            if not session_lost(exc):
+            if not session_lost(exc) or cancelled(exc):
                 raise
             now = time.monotonic()
             if deadline is None:

@@ -56,7 +56,7 @@ def check_postgres(url: str, timeout: float = 3.0, display_url: str | None = Non
 
     parts = urlsplit(url)
     try:
-        if "," in parts.netloc:  # libpq's multi-host form: libpq reads it
+        if "," in parts.netloc.rpartition("@")[2]:  # libpq's multi-host form: libpq reads it
             conn = psycopg.connect(url, connect_timeout=max(int(timeout), 1))
             conn.close()
             return

@@ -28,7 +28,7 @@ _SETTINGS = {
 def database_settings(url: str) -> dict:
     """The ``DATABASES["default"]`` entry for ``url`` (connections closed after each request
     or task: ``CONN_MAX_AGE`` 0)."""
-    if "," not in urlsplit(url).netloc:
+    if "," not in urlsplit(url).netloc.rpartition("@")[2]:  # (a password may hold a comma)
         db = dj_database_url.parse(url, conn_max_age=0)
         db.setdefault("OPTIONS", {})
         return db

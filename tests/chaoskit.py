@@ -197,7 +197,7 @@ class Chaos:
             # Every assigned slot of a live member held by exactly one live task group, and
             # every live task group on an assigned slot (counts alone could cancel out).
             live = "t.status IN ('DEPLOYING', 'RUNNING', 'FAILING', 'CANCELING')"
-            leaked, doubled, unassigned = self.c.query(
+            leaked, doubled, unassigned, adrift = self.c.query(
                 "SELECT (SELECT count(*) FROM engine_slot s JOIN engine_member m"
                 " ON m.id = s.member_id WHERE m.state = 'ALIVE' AND s.state = 'ASSIGNED'"
                 f" AND NOT EXISTS (SELECT 1 FROM engine_taskgroup t WHERE t.slot_id = s.id"
@@ -205,17 +205,21 @@ class Chaos:
                 f" (SELECT count(*) FROM (SELECT t.slot_id FROM engine_taskgroup t WHERE {live}"
                 " AND t.slot_id IS NOT NULL GROUP BY t.slot_id HAVING count(*) > 1) d),"
                 " (SELECT count(*) FROM engine_taskgroup t JOIN engine_slot s ON s.id = t.slot_id"
-                f" WHERE {live} AND s.state <> 'ASSIGNED')"
+                f" WHERE {live} AND s.state <> 'ASSIGNED'),"
+                " (SELECT count(*) FROM engine_taskgroup t LEFT JOIN engine_slot s"
+                " ON s.id = t.slot_id LEFT JOIN engine_member m ON m.id = s.member_id"
+                f" WHERE {live} AND (t.slot_id IS NULL OR m.state <> 'ALIVE'))"
             )[0]
             seen["last"] = (
                 f"batch job {batch}, streaming pipeline {stream}, {leaked} assigned slots with"
                 f" no live task group, {doubled} held twice, {unassigned} task groups on a"
-                f" slot not assigned; {self.unfinished(batch_job)}"
+                f" slot not assigned, {adrift} live with no slot of a live member;"
+                f" {self.unfinished(batch_job)}"
             )
             return (
                 batch == "FINISHED"
                 and stream == "RUNNING"
-                and not (leaked or doubled or unassigned)
+                and not (leaked or doubled or unassigned or adrift)
             )
 
         try:

@@ -155,6 +155,7 @@ class LinkRelay:
                 _, pending = await asyncio.wait(tasks, timeout=5)
                 for task in pending:
                     task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
 
         with contextlib.suppress(Exception):
             self._call(shut_down())

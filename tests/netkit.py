@@ -146,13 +146,17 @@ class Network:
         except BlockingIOError:
             os.close(self._lock)
             raise AssertionError(f"another run is using lane {LANE}'s test hosts") from None
-        self.tear_down()  # what a killed run of this lane left
-        sh("ip", "addr", "add", f"{self.service}/32", "dev", "lo")
-        for host in self.hosts:
-            self._make(host)
+        try:
+            self.tear_down()  # what a killed run of this lane left
+            sh("ip", "addr", "add", f"{self.service}/32", "dev", "lo")
+            for host in self.hosts:
+                self._make(host)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         try:
             if self.relay is not None:
                 self.relay.close()
@@ -160,6 +164,7 @@ class Network:
             self.tear_down()
             if self._lock is not None:
                 os.close(self._lock)  # and its lock with it
+                self._lock = None
 
     def _make(self, host: Host) -> None:
         outer, inner = host.name, f"{host.name}x"

@@ -167,7 +167,7 @@ def partition_inside_cleanup_delay(p: Partitions) -> None:
     with healed_after(host):
         host.cut(p.engine_port)
         lasting(CLEANUP_DELAY + 4, "the partition to pass the cleanup's due time")
-    wait_for(lambda: cleanup_record(p, p.batch_job)[0] == "DONE", 60, 0.2, "the cleanup")
+    wait_for(lambda: (cleanup_record(p, p.batch_job) or ("",))[0] == "DONE", 60, 0.2, "the cleanup")
     assert cleanup_record(p, p.batch_job) == ("DONE", 1), "the cleanup ran more than once"
 
 

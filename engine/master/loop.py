@@ -22,6 +22,7 @@ from django.db import DatabaseError, InterfaceError, close_old_connections, conn
 from engine import dirty, retention
 from engine.cluster.election import Leadership, LeadershipLost, record_candidate
 from engine.cluster.membership import SWEEP_INTERVAL, sweep_members
+from engine.dbsession import session_lost
 from engine.fencing import StaleEpoch, fenced
 from engine.jobs import throughput
 from engine.master import control, orchestration
@@ -149,6 +150,8 @@ class Master:
         self.sweep = ActiveStep(SWEEP_INTERVAL, self.sweep_members)
         #: No member is judged before this (monotonic): members lost the database when we did.
         self.sweep_after = 0.0
+        #: The database was lost since the last sweep: the grace starts once we are back.
+        self.outage = False
         #: The active master's steps after the reconciliation, in the order of a pass.
         self.active_steps = (
             # Recovery first: lost work failed, stopping work cancelled, restores and new jobs
@@ -249,6 +252,9 @@ class Master:
         )
 
     def sweep_members(self, epoch: int) -> bool:
+        if self.outage:  # back (this pass's writes got through): the grace starts now
+            self.outage = False
+            self.sweep_after = time.monotonic() + self.options.heartbeat_timeout
         if time.monotonic() < self.sweep_after:
             return False
         return sweep_members(epoch, self.options.heartbeat_timeout) > 0
@@ -314,8 +320,10 @@ class Master:
         log.error("database error in master loop: %s", str(exc).strip() or type(exc).__name__)
         # Whatever cut us off (a restart, a failover to a standby however slow its promotion,
         # a partition) cut the members off too: they get one heartbeat timeout from our
-        # return to take their locks back and beat again before any is judged dead.
-        self.sweep_after = time.monotonic() + self.options.heartbeat_timeout
+        # return to take their locks back and beat again before any is judged dead. An error
+        # that is not an outage (a constraint, a timeout) holds no sweep back.
+        if isinstance(exc, LeadershipLost) or session_lost(exc):
+            self.outage = True
         try:
             for conn in connections.all():
                 conn.close_if_unusable_or_obsolete()

@@ -140,6 +140,8 @@ class ManagedReaderTask:
         try:
             check_restore(recorded, get_plugin("source", source_node["plugin"]))
             if own:  # a snapshot of a runtime that reads what this one cannot: refused here
+                if not isinstance(own.get("metadata"), dict):
+                    raise LaneMismatch("the checkpoint's reader snapshot has no runtime metadata")
                 check_snapshot_versions(own["metadata"], PROTOCOL_VERSION)
             if own and own["metadata"]["capabilityDigest"] != recorded.capability_digest:
                 raise LaneMismatch(
