@@ -29,6 +29,7 @@ from engine.services import (
     check_postgres,
     check_redis,
     mask_url,
+    names_several_hosts,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +51,7 @@ def createdb(url: str) -> None:
         raise ServiceUnavailable(f"error: DATABASE_URL {mask_url(url)} names no database")
     maintenance = urlunsplit(parts._replace(path="/postgres"))
     check_postgres(maintenance, display_url=url)
-    if "," in parts.netloc.rpartition("@")[2]:  # libpq's multi-host form: libpq reads it
+    if names_several_hosts(url):  # libpq reads it (and finds the primary)
         multi = psycopg.connect(
             maintenance, autocommit=True, connect_timeout=3, target_session_attrs="read-write"
         )

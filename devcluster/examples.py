@@ -8,6 +8,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+from engine.services import names_several_hosts, url_hosts
+
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 EXAMPLES_DB = "keel_examples"
 EXAMPLES_CONNECTION = "examples"
@@ -59,8 +61,8 @@ def prepare_examples_db(database_url: str, name: str = EXAMPLES_DB) -> str:
             (ORDERS,),
         )
     parts = urlsplit(url)
-    hosts = parts.netloc.rpartition("@")[2]  # every host of a multi-host URL, as written
-    if "," not in hosts:
+    hosts = url_hosts(url)  # every host of a multi-host URL, as written
+    if not names_several_hosts(url):
         hosts = f"{parts.hostname}:{parts.port or 5432}"
         return "jdbc:" + urlunsplit(parts._replace(scheme="postgresql", netloc=hosts, query=""))
     # pgJDBC's name for libpq's target_session_attrs=read-write: the primary, never a standby.

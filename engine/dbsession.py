@@ -7,6 +7,7 @@ and TCP keepalives end a half-open one within seconds.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -75,11 +76,15 @@ def django_application_name(process_name: str, pid: int) -> str:
     return f"keel:{process_name}:{pid}"
 
 
+@functools.cache
+def _libpq_keywords() -> frozenset[str]:
+    return frozenset(option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults())
+
+
 def _url_options(opts: dict) -> dict:
     """The connection options that came with ``DATABASE_URL`` (``target_session_attrs``,
     ``sslmode``, ...): libpq's keywords among Django's OPTIONS."""
-    keywords = {option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults()}
-    return {k: v for k, v in opts.items() if k in keywords}
+    return {k: v for k, v in opts.items() if k in _libpq_keywords()}
 
 
 def connect_dedicated(application_name: str) -> psycopg.Connection:

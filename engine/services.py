@@ -25,6 +25,17 @@ class ServiceUnavailable(Exception):
         self.line = line
 
 
+def url_hosts(url: str) -> str:
+    """The hosts of a URL (``h1:5432,h2:5432`` in libpq's multi-host form), without its user
+    and password: a password may hold a comma."""
+    return urlsplit(url).netloc.rpartition("@")[2]
+
+
+def names_several_hosts(url: str) -> bool:
+    """Whether ``url`` is libpq's multi-host form, which only libpq's own parser reads."""
+    return "," in url_hosts(url)
+
+
 def mask_url(url: str) -> str:
     """The URL with any password replaced by ***."""
     parts = urlsplit(url)
@@ -56,7 +67,7 @@ def check_postgres(url: str, timeout: float = 3.0, display_url: str | None = Non
 
     parts = urlsplit(url)
     try:
-        if "," in parts.netloc.rpartition("@")[2]:  # libpq's multi-host form: libpq reads it
+        if names_several_hosts(url):
             conn = psycopg.connect(url, connect_timeout=max(int(timeout), 1))
             conn.close()
             return

@@ -10,10 +10,10 @@ connection options.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 import dj_database_url
 from psycopg.conninfo import conninfo_to_dict
+
+from engine.services import names_several_hosts
 
 #: libpq's keys that are Django settings of their own, not connection options.
 _SETTINGS = {
@@ -28,7 +28,7 @@ _SETTINGS = {
 def database_settings(url: str) -> dict:
     """The ``DATABASES["default"]`` entry for ``url`` (connections closed after each request
     or task: ``CONN_MAX_AGE`` 0)."""
-    if "," not in urlsplit(url).netloc.rpartition("@")[2]:  # (a password may hold a comma)
+    if not names_several_hosts(url):
         db = dj_database_url.parse(url, conn_max_age=0)
         db.setdefault("OPTIONS", {})
         return db

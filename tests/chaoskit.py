@@ -116,6 +116,10 @@ class Chaos:
             "SELECT coalesce(sum(value), 0)::int FROM engine_metrictotal WHERE name = 'restores'"
         )
 
+    def removals(self) -> int:
+        """Members removed so far (a member that held nothing costs no restore)."""
+        return self.c.one("SELECT count(*) FROM engine_member WHERE state = 'REMOVED'")
+
     def committed_after(self, since_wall: float) -> bool:
         """Some reader of the streaming job committed a checkpoint after ``since_wall``."""
         return bool(

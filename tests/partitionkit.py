@@ -55,9 +55,6 @@ class Partitions(Chaos):
         _, name = wait_for(self.c.active_master, 20, what="an active master")
         return name, self.host(name)
 
-    def removals(self) -> int:
-        return self.c.one("SELECT count(*) FROM engine_member WHERE state = 'REMOVED'")
-
 
 def process_names() -> list[str]:
     return [f"master-{i}" for i in range(1, MASTERS + 1)] + [
