@@ -127,10 +127,28 @@ def _taskgroup_status(p: dict, c: Context) -> str:
     )
 
 
+def _restored(p: dict, c: Context) -> str:
+    """What a restore redeploys: the pipeline, or a reader restore's readers by name."""
+    groups = p.get("taskGroups")
+    if groups is None:
+        return f"Pipeline {p['pipelineId']}"
+    text = ", ".join(c.names.get(tg) or f"task group {tg}" for tg in groups)
+    return text[:1].upper() + text[1:]
+
+
 def _restore_requested(p: dict, c: Context) -> str:
+    of = f" of pipeline {p['pipelineId']}" if p.get("taskGroups") is not None else ""
     return (
-        f"Pipeline {p['pipelineId']} will be restored in {_v(p['inSeconds'])} s "
-        f"(restore {p['restore']})."
+        f"{_restored(p, c)} will be restored in {_v(p['inSeconds'])} s "
+        f"(restore {p['restore']}{of})."
+    )
+
+
+def _restore_withdrawn(p: dict, c: Context) -> str:
+    whom = _restored(p, c)
+    return (
+        f"The restore of {whom[:1].lower() + whom[1:]} (restore {p['restore']} of pipeline "
+        f"{p['pipelineId']}) was withdrawn{_because(p, 'reason')}."
     )
 
 
@@ -142,7 +160,7 @@ def _restore(p: dict, c: Context) -> str:
     )
     slots = f" onto {_plural(len(p['slots']), 'slot')}" if p.get("slots") else ""
     cause = f": {_brief(p['cause'])}" if str(p.get("cause") or "").strip() else ""
-    return f"Pipeline {p['pipelineId']} restored {start}{slots} (restore {p['restore']}){cause}."
+    return f"{_restored(p, c)} restored {start}{slots} (restore {p['restore']}){cause}."
 
 
 def _checkpoint(verb: str) -> Callable[[dict, Context], str]:
@@ -271,6 +289,7 @@ SENTENCES: dict[str, Callable[[dict, Context], str]] = {
     "pipeline.status": _pipeline_status,
     "pipeline.restore-requested": _restore_requested,
     "pipeline.restore": _restore,
+    "pipeline.restore-withdrawn": _restore_withdrawn,
     "taskgroup.status": _taskgroup_status,
     "checkpoint.triggered": _checkpoint("triggered"),
     "checkpoint.completed": _checkpoint("completed"),

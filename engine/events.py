@@ -115,10 +115,30 @@ def taskgroup_status(
 
 
 def pipeline_restore_requested(
-    job_id: int, pipeline_index: int, restore: int, in_seconds: float
+    job_id: int,
+    pipeline_index: int,
+    restore: int,
+    in_seconds: float,
+    task_groups: list[int] | None = None,
 ) -> EngineEvent:
+    """``task_groups``: a reader restore's readers (the rest of the pipeline runs on)."""
     payload = {"pipelineId": pipeline_index, "restore": restore, "inSeconds": in_seconds}
+    if task_groups is not None:
+        payload["taskGroups"] = task_groups
     return EngineEvent(kind="pipeline.restore-requested", job_id=job_id, payload=payload)
+
+
+def pipeline_restore_withdrawn(
+    job_id: int, pipeline_index: int, restore: int, task_groups: list[int], reason: str
+) -> EngineEvent:
+    """A reader restore not run yet gives way to the whole pipeline's (or to its end)."""
+    payload = {
+        "pipelineId": pipeline_index,
+        "restore": restore,
+        "taskGroups": task_groups,
+        "reason": reason,
+    }
+    return EngineEvent(kind="pipeline.restore-withdrawn", job_id=job_id, payload=payload)
 
 
 def pipeline_restore(
@@ -130,19 +150,18 @@ def pipeline_restore(
     cause: str,
     slots: list[int],
     from_checkpoint: int | None,
+    task_groups: list[int] | None = None,
 ) -> EngineEvent:
-    return EngineEvent(
-        kind="pipeline.restore",
-        job_id=job_id,
-        epoch=epoch,
-        payload={
-            "pipelineId": pipeline_index,
-            "restore": restore,
-            "cause": cause,
-            "slots": slots,
-            "fromCheckpoint": from_checkpoint,
-        },
-    )
+    payload = {
+        "pipelineId": pipeline_index,
+        "restore": restore,
+        "cause": cause,
+        "slots": slots,
+        "fromCheckpoint": from_checkpoint,
+    }
+    if task_groups is not None:
+        payload["taskGroups"] = task_groups
+    return EngineEvent(kind="pipeline.restore", job_id=job_id, epoch=epoch, payload=payload)
 
 
 def checkpoint_triggered(

@@ -41,11 +41,14 @@ TASK_DEPLOY = "engine.taskgroup.deploy"
 TASK_CANCEL = "engine.taskgroup.cancel"
 TASK_BARRIER = "engine.checkpoint.barrier"
 TASK_COMMIT = "engine.checkpoint.commit"
+#: A checkpoint ended without completing: the task groups it expected are told.
+TASK_ABORT = "engine.checkpoint.abort"
 TASK_CONTROL_STEP = "engine.control.run"
 TASK_PLAN_JOB = "engine.jobs.plan"
 TASK_CLEANUP = "engine.cleanup.run"
 #: The managed Source runtime (Lane A): an enumerator's command to a reader's mailbox, and the
-#: reader's admission answer back to the enumerator.
+#: reader's messages back to the enumerator (admission answers, registration, assignment
+#: acknowledgements, snapshot reports: engine.member.enumerator_link).
 TASK_SOURCE_COMMAND = "engine.source.command"
 TASK_SOURCE_ACK = "engine.source.ack"
 #: Several of the commands above for one member, in order, in one message: ``[[task, args], ...]``.

@@ -133,7 +133,12 @@ JobMode = models.TextChoices("JobMode", "BATCH STREAMING")
 ControlStepState = models.TextChoices("ControlStepState", "PENDING DONE")
 
 
-ControlStepKind = models.TextChoices("ControlStepKind", [("RESTORE_PIPELINE", "restore-pipeline")])
+#: A restore of a whole pipeline, or of some readers of a running Lane A pipeline alone.
+ControlStepKind = models.TextChoices(
+    "ControlStepKind",
+    [("RESTORE_PIPELINE", "restore-pipeline"), ("RESTORE_READERS", "restore-readers")],
+)
+RESTORE_KINDS = frozenset(ControlStepKind)
 
 
 CheckpointState = models.TextChoices("CheckpointState", "PENDING COMPLETED FAILED")

@@ -3,7 +3,9 @@ Lane A. A connector's test module provides a ``managed`` fixture returning a ``S
 factory of fresh readers with the splits they read and the rows each split holds) and imports
 these tests. Each check runs the reader under the real event loop where ordering matters, on a
 pinned clock: a turn ends by its record and byte budgets or by the reader, never because the
-machine is loaded (the time budget is the loop's, tested with clocks the tests move)."""
+machine is loaded (the time budget is the loop's, tested with clocks the tests move). What must
+not block (a poll call, a wakeup) runs on a thread of its own, so a reader that blocks fails a
+check rather than hanging it."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from engine.sourceruntime.envelope import SourceCommandEnvelope
 from engine.sourceruntime.lifecycle import Life
 from engine.sourceruntime.limits import MailboxLimits, PollLimits
 from engine.sourceruntime.mailbox import ReaderMailbox, WorkerBudget
-from engine.sourceruntime.reader import PollContext, ReaderEventLoop
+from engine.sourceruntime.reader import TURNS_PER_STEP, PollContext, ReaderEventLoop, rows_of
+from engine.sourceruntime.watchdog import wake_of
 
 
 @dataclass
@@ -35,8 +38,17 @@ def pinned_clock() -> float:
     return 0.0
 
 
+def collecting(out: list, on_part: Callable[[object], None] = lambda part: None) -> Callable:
+    """An event loop's ``emit``: each part it hands over (a record batch, or a list of rows)
+    shown to ``on_part`` as it is, its records added to ``out`` as rows."""
+    return lambda part: (on_part(part), out.extend(rows_of([part])))
+
+
 def turn(reader, limits: PollLimits | None = None, clock=pinned_clock, contexts=None):
-    context = PollContext(limits or PollLimits(), clock, clock())
+    """One poll call of one turn, as the event loop makes it: a wakeup that came before it
+    is cleared as it starts. Its records come back as rows (``PollContext.records``)."""
+    context = PollContext(limits or PollLimits(), clock, clock(), wake=wake_of(reader))
+    context.wake.woken = False
     status = reader.poll(context)
     if contexts is not None:
         contexts.append(context)
@@ -53,12 +65,102 @@ def read_all(reader, limits: PollLimits | None = None, turns: int = 100_000) -> 
     raise AssertionError("the reader never stopped reporting MORE_AVAILABLE")
 
 
+def on_a_thread(fn: Callable[[], object], budget: float, what: str) -> object:
+    """``fn()`` on a thread of its own (as a task group's thread runs a reader), which must
+    return within ``budget`` seconds; a thread that does not is left behind."""
+    done: dict = {}
+
+    def run() -> None:
+        try:
+            done["value"] = fn()
+        except BaseException as exc:  # handed to the test's thread
+            done["error"] = exc
+
+    thread = threading.Thread(target=run, name="conformance-reader", daemon=True)
+    thread.start()
+    thread.join(budget)
+    assert not thread.is_alive(), f"{what} did not return within {budget} s: it blocks"
+    if "error" in done:
+        raise done["error"]
+    return done["value"]
+
+
+class WokenContext(PollContext):
+    """A poll context that runs ``during()`` as the reader emits its first records (once): a
+    wakeup that arrives while a poll call is in progress."""
+
+    __slots__ = ("during",)
+
+    def _emitting(self) -> None:
+        during, self.during = self.during, None
+        if during is not None:
+            during()
+
+    def emit(self, record: tuple, size: int = 0) -> None:
+        self._emitting()
+        super().emit(record, size)
+
+    def emit_many(self, records: list[tuple], size_each: int = 0) -> None:
+        self._emitting()
+        super().emit_many(records, size_each)
+
+    def emit_slice(self, rows, start: int, stop: int, size_each: int = 0) -> None:
+        self._emitting()
+        super().emit_slice(rows, start, stop, size_each)
+
+    def emit_turns(self, rows, start: int, stop: int, size_each: int = 0) -> int:
+        self._emitting()
+        return super().emit_turns(rows, start, stop, size_each)
+
+
+def call(reader, limits: PollLimits, clock=pinned_clock, during=None) -> tuple:
+    """One poll call as the event loop makes it in a step, free to go on with further turns
+    (nothing is queued), ``during()`` run as the reader emits its first records; its records
+    as rows."""
+    box = ReaderMailbox(1, "1/1", 1, MailboxLimits(), WorkerBudget(10**9))
+    context = WokenContext(limits, clock, clock(), box, wake_of(reader))
+    context.during, context.turns_left = during, TURNS_PER_STEP - 1
+    context.wake.woken = False
+    status = reader.poll(context)
+    return status, rows_of(context.settle())
+
+
 def test_a_poll_turn_never_blocks_even_with_nothing_to_read(managed):
     reader = managed.make()
-    started = time.monotonic()
-    status, records = turn(reader)
-    assert time.monotonic() - started < PollLimits().hard
+    status, records = on_a_thread(lambda: turn(reader), PollLimits().hard, "a poll call")
     assert (status, records) == (PollStatus.NOTHING_AVAILABLE, [])
+
+
+def test_a_poll_with_splits_assigned_never_blocks_and_keeps_to_its_soft_duration(managed):
+    """On the real clock, with splits assigned, every turn until the end of the input returns
+    within the hard budget (a turn that waits is not bounded);
+    on a clock past its soft deadline at every reading, a call goes on with no further turn."""
+    limits = PollLimits()
+    reader = managed.make()
+    reader.add_splits(managed.splits)
+    reader.notify_no_more_splits()
+
+    def read() -> tuple[list, list]:
+        durations, rows = [], []
+        for _ in range(100_000):
+            started = time.perf_counter()
+            status, records = turn(reader, limits, clock=time.monotonic)
+            durations.append(time.perf_counter() - started)
+            rows += records
+            if status != PollStatus.MORE_AVAILABLE:
+                return durations, rows
+        raise AssertionError("the reader never stopped reporting MORE_AVAILABLE")
+
+    durations, rows = on_a_thread(read, limits.hard, "reading with splits assigned")
+    assert len(rows) == managed.rows_per_split * len(managed.splits)
+    # Only the hard budget on the real clock (a loaded machine stretches any turn); the soft
+    # duration's rule is checked on the pinned clock below.
+    assert max(durations) < limits.hard
+    late = itertools.count(step=2 * limits.soft)  # each reading is past the last deadline
+    reader = managed.make()
+    reader.add_splits(managed.splits)
+    status, records = call(reader, limits, clock=lambda: next(late))
+    assert status == PollStatus.MORE_AVAILABLE and 0 < len(records) <= limits.max_records
 
 
 def test_a_poll_turn_stays_within_its_record_and_byte_budgets(managed):
@@ -80,12 +182,14 @@ def test_no_availability_is_lost_between_nothing_available_and_an_assignment(man
 
 
 def wake(reader, times: int) -> None:
-    """``times`` wakeups of ``reader``: all but one from other threads at once, then one."""
+    """``times`` wakeups of ``reader``: all but one from other threads at once, then one.
+    Each returns at once: a wakeup never blocks."""
     threads = [threading.Thread(target=reader.wakeup) for _ in range(times - 1)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(5)
+        assert not t.is_alive(), "wakeup() blocks"
     reader.wakeup()
 
 
@@ -120,6 +224,58 @@ def test_wakeup_is_idempotent_and_safe_from_other_threads(managed):
     once, many = read_woken(1), read_woken(9)
     assert many == once, differs(once, many)
     rows = [row for _, records in once[0] for row in records]
+    assert len(rows) == len(set(rows)) == managed.rows_per_split * len(managed.splits)
+
+
+def test_a_wakeup_during_a_poll_call_ends_it_at_its_next_boundary_and_loses_nothing(managed):
+    """Woken nine times at once from other threads while every other call emits its first
+    records, and again after every call: each woken call ends at its next turn or record
+    boundary (one turn's records at most, though it was free to go on), the next call goes on
+    where it ended, and every row is read once."""
+    limits = PollLimits(max_records=7)
+    reader = managed.make()
+    reader.add_splits(managed.splits)
+    reader.notify_no_more_splits()
+    rows = []
+    for n in range(100_000):
+        woken = n % 2 == 0
+        status, records = call(reader, limits, during=(lambda: wake(reader, 9)) if woken else None)
+        if woken:
+            assert len(records) <= limits.max_records, f"a woken call emitted {len(records)}"
+        wake(reader, 9)
+        rows += records
+        if status != PollStatus.MORE_AVAILABLE:
+            break
+    assert status == PollStatus.END_OF_INPUT
+    assert len(rows) == len(set(rows)) == managed.rows_per_split * len(managed.splits)
+
+
+def test_a_poll_in_progress_returns_within_the_hard_budget_after_wakeup(managed):
+    """A call free to read everything (no record, byte or time budget in its way) runs on a
+    thread of its own; woken from this thread again and again from when it starts (one wakeup
+    may come before the call clears the last), it returns within the hard budget, and the
+    next calls read the rest."""
+    limits = PollLimits(max_records=10**9, max_bytes=10**15, soft=3600.0)
+    reader = managed.make()
+    reader.add_splits(managed.splits)
+    reader.notify_no_more_splits()
+    calling, done = threading.Event(), {}
+
+    def poll() -> None:
+        calling.set()
+        done["call"] = call(reader, limits)
+
+    thread = threading.Thread(target=poll, name="conformance-reader", daemon=True)
+    thread.start()
+    assert calling.wait(5)
+    deadline = time.monotonic() + limits.hard
+    while thread.is_alive() and time.monotonic() < deadline:
+        reader.wakeup()
+        thread.join(0.01)
+    assert not thread.is_alive(), "a poll call did not return within the hard budget of wakeup()"
+    status, rows = done["call"]
+    if status == PollStatus.MORE_AVAILABLE:
+        rows = rows + read_all(reader)
     assert len(rows) == len(set(rows)) == managed.rows_per_split * len(managed.splits)
 
 
@@ -190,11 +346,16 @@ class ArrivingMailbox(ReaderMailbox):
 
 
 def under_the_loop(
-    reader, splits: list[dict], every: int, limits: PollLimits | None = None
+    reader,
+    splits: list[dict],
+    every: int,
+    limits: PollLimits | None = None,
+    on_part: Callable[[object], None] = lambda part: None,
 ) -> tuple[list, list]:
     """The reader under the real event loop, given ``splits`` then no more, a barrier arriving
     at every n-th check for queued work: the rows in the order emitted and, for each snapshot,
-    (its state as checkpointed, how many rows had been emitted by then)."""
+    (its state as checkpointed, how many rows had been emitted by then). ``on_part`` sees each
+    part the loop hands over as it is (a record batch, or a list of rows)."""
     checkpoints = itertools.count(1)
 
     def arrive(checks: int) -> None:
@@ -207,7 +368,7 @@ def under_the_loop(
         box,
         reader,
         limits or PollLimits(),
-        out.extend,
+        collecting(out, on_part),
         lambda s: snaps.append((json.loads(json.dumps(s.state)), len(out))),
         "digest",
         clock=pinned_clock,
@@ -248,12 +409,85 @@ def test_a_split_assigned_twice_is_read_once_and_callbacks_are_idempotent(manage
     assert len(rows) == len(set(rows)) == managed.rows_per_split * len(managed.splits)
 
 
-def test_no_background_thread_touches_its_state(managed):
-    before = threading.active_count()
+class Recorded(dict):
+    """A reader's state, recording the thread of every change made to it."""
+
+    def __init__(self, data: dict, threads: set[threading.Thread]) -> None:
+        super().__init__(data)
+        self.threads = threads
+
+
+def _recording(method: Callable) -> Callable:
+    def change(self: Recorded, *args, **kwargs):
+        self.threads.add(threading.current_thread())  # not an ident: those are reused
+        return method(self, *args, **kwargs)
+
+    return change
+
+
+for _change in ("__setitem__", "__delitem__", "setdefault", "pop", "popitem", "update", "clear"):
+    setattr(Recorded, _change, _recording(getattr(dict, _change)))
+
+
+def test_its_state_is_changed_on_the_loop_thread_alone_and_it_starts_no_thread(managed):
+    """Under the event loop on a thread of its own, while another thread admits its splits,
+    barriers and the end of its input and three more wake it again and again: every change to
+    its split state (``splits`` and ``offsets``, where it keeps them as dicts) is made on the
+    loop's thread, each barrier gets its snapshot, every row is read once, and no thread runs
+    afterwards that did not run before."""
+    before = set(threading.enumerate())
     reader = managed.make()
-    reader.add_splits(managed.splits)
-    read_all(reader, PollLimits(max_records=50))
-    assert threading.active_count() == before
+    changed_by: set[threading.Thread] = set()
+    recorded = False
+    for name in ("splits", "offsets"):
+        state = getattr(reader, name, None)
+        if isinstance(state, dict):
+            setattr(reader, name, Recorded(state, changed_by))
+            recorded = True
+    woken = threading.Event()
+    box = ReaderMailbox(1, "1/1", 1, MailboxLimits(), WorkerBudget(10**9), wakeup=woken.set)
+    out, snaps = [], []
+    loop = ReaderEventLoop(
+        box,
+        reader,
+        PollLimits(max_records=5),
+        collecting(out),
+        lambda s: snaps.append(s.checkpoint),
+        "digest",
+        clock=pinned_clock,
+    )
+    loop.start()
+
+    def run_loop() -> None:
+        while loop.life.state != Life.CLOSED:
+            woken.clear()
+            if not loop.step():
+                woken.wait(0.05)
+
+    def operate() -> None:  # one operation thread: a sender's sequences are its own, in order
+        for n, split in enumerate(managed.splits):
+            admit(box, CommandKind.ASSIGN_SPLITS, {"splits": [split]})
+            admit(box, CommandKind.CHECKPOINT, {"checkpoint": n + 1})
+        admit(box, CommandKind.NO_MORE_SPLITS)
+
+    def wake_often() -> None:
+        for _ in range(200):
+            reader.wakeup()
+
+    loop_thread = threading.Thread(target=run_loop, name="conformance-loop")
+    others = [threading.Thread(target=operate)] + [
+        threading.Thread(target=wake_often) for _ in range(3)
+    ]
+    for thread in [loop_thread, *others]:
+        thread.start()
+    for thread in [*others, loop_thread]:
+        thread.join(30)
+        assert not thread.is_alive(), f"{thread.name} never ended"
+    assert len(out) == len(set(out)) == managed.rows_per_split * len(managed.splits)
+    assert snaps == list(range(1, len(managed.splits) + 1))
+    if recorded:
+        assert changed_by == {loop_thread}, "its state was changed off the loop's thread"
+    assert set(threading.enumerate()) == before, "it left a thread running"
 
 
 def test_it_declares_a_versioned_capability_and_no_durable_source_events(managed):
@@ -262,3 +496,5 @@ def test_it_declares_a_versioned_capability_and_no_durable_source_events(managed
     assert capability.wakeup and capability.attempt_fencing
     assert not capability.source_events  # no durable custom events without a serializer
     assert len(capability.digest) == 16
+    version = type(managed.make()).STATE_VERSION  # recorded with every snapshot
+    assert isinstance(version, int) and not isinstance(version, bool) and version >= 1

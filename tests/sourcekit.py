@@ -16,8 +16,9 @@ from engine.sourceruntime.envelope import SourceCommandEnvelope
 from engine.sourceruntime.lifecycle import Life
 from engine.sourceruntime.limits import MailboxLimits, PollLimits
 from engine.sourceruntime.mailbox import ReaderMailbox, WorkerBudget
-from engine.sourceruntime.reader import ReaderEventLoop, Snapshot
-from engine.sourceruntime.tracker import AssignmentTracker
+from engine.sourceruntime.ownership import recent_split_ids
+from engine.sourceruntime.reader import ReaderEventLoop, Snapshot, rows_of
+from engine.sourceruntime.tracker import NOTHING, AssignmentTracker, Proof
 
 #: The design's fault-injection points, in the order a command and a checkpoint pass them.
 POINTS = (
@@ -78,7 +79,7 @@ class ManagedPipeline:
         self.faults = faults if faults is not None else ({fault: {2}} if fault else {})
         self.fired, self.reached = False, dict.fromkeys(POINTS, 0)
         self.abort_every, self.checkpoints_enabled = abort_every, checkpoints
-        self.epoch, self.attempt, self.sequence = 1, 0, 0
+        self.epoch, self.attempt, self.sequence = 1, 0, -1  # sequences run from 0
         self.tracker = AssignmentTracker()
         self.pending = sorted(self.splits)  # the enumerator's unassigned splits
         self.no_more_sent = False
@@ -120,7 +121,7 @@ class ManagedPipeline:
             self.mailbox,
             self.reader,
             PollLimits(max_records=7),
-            self.buffer.extend,
+            lambda part: self.buffer.extend(rows_of([part])),  # a record batch, or rows
             self._on_snapshot,
             CAPABILITY.digest,
             may_close=lambda: self.final_committed,
@@ -129,8 +130,18 @@ class ManagedPipeline:
             self.reader.restore(restored.state)
         self.loop.start(restored)
 
-    def _send(self, kind: CommandKind, payload: dict | None = None, command_id: str | None = None):
-        self.sequence += 1
+    def _send(
+        self,
+        kind: CommandKind,
+        payload: dict | None = None,
+        command_id: str | None = None,
+        sequence: int | None = None,
+    ):
+        """A command of the coordinator (its epoch the sender), under a new sequence or, sent
+        again, under its own."""
+        if sequence is None:
+            self.sequence += 1
+            sequence = self.sequence
         body = json.dumps(payload).encode() if payload is not None else b""
         env = SourceCommandEnvelope.build(
             job_id=1,
@@ -138,8 +149,8 @@ class ManagedPipeline:
             epoch=self.epoch,
             sender_attempt=self.epoch,
             target_attempt=self.attempt,
-            sequence=self.sequence,
-            command_id=command_id or f"{kind}:{self.epoch}:{self.sequence}",
+            sequence=sequence,
+            command_id=command_id or f"{kind}:{self.epoch}:{sequence}",
             kind=kind,
             payload=body,
         )
@@ -148,7 +159,8 @@ class ManagedPipeline:
     def assign(self) -> None:
         while self.pending:
             split_id = self.pending.pop(0)
-            command = self.tracker.dispatch(split_id, 1, 0, self.attempt, self.epoch)
+            sequence = self.sequence + 1
+            command = self.tracker.dispatch(split_id, 1, 0, self.attempt, self.epoch, sequence)
             self.at("command-creation")
             self._send(CommandKind.ASSIGN_SPLITS, {"splits": [self.splits[split_id]]}, command)
         # No-more-splits follows every assignment into the mailbox (FIFO): it is sent once
@@ -169,11 +181,11 @@ class ManagedPipeline:
             self._send(CommandKind.NO_MORE_SPLITS, command_id=f"no-more:{self.attempt}")
         for entry in self.tracker.entries.values():
             if entry.state.value == "DISPATCHED" and entry.command_id not in queued:
-                self.sequence += 1
                 self._send(
                     CommandKind.ASSIGN_SPLITS,
                     {"splits": [self.splits[entry.split_id]]},
                     entry.command_id,
+                    entry.sequence,
                 )
 
     def deliver(self) -> None:
@@ -192,7 +204,7 @@ class ManagedPipeline:
                     self.no_more_admitted = True
                 if env.kind == CommandKind.ASSIGN_SPLITS and not self.at("admission-ack"):
                     split_id = json.loads(env.payload)["splits"][0]["splitId"]
-                    self.tracker.admitted(split_id, self.attempt)
+                    self.tracker.admitted(split_id, 0, self.attempt)
 
     def run_reader(self, steps: int = 50) -> None:
         for _ in range(steps):
@@ -205,7 +217,7 @@ class ManagedPipeline:
                 self.at("apply-completion")
                 for split_id in self.reader.splits:
                     if not self.at("apply-ack"):
-                        self.tracker.applied(split_id, self.attempt)
+                        self.tracker.applied(split_id, 0, self.attempt)
 
     def _next_kind(self) -> CommandKind | None:
         return None if self.mailbox.terminal else self.mailbox.next_ordered_kind()
@@ -221,7 +233,7 @@ class ManagedPipeline:
         self.at("snapshot-before-registration")
         registered = snapshot
         self.at("registration-before-task-ack")
-        self.tracker.included(0, self.attempt, snapshot.checkpoint, set(snapshot.state["offsets"]))
+        self.tracker.included(0, snapshot.checkpoint, Proof.of(snapshot.metadata))
         self.at("task-ack-before-forwarding")
         self.staged[snapshot.checkpoint], self.buffer[:] = list(self.buffer), []
         final = self.final_checkpoint is not None and snapshot.checkpoint >= self.final_checkpoint
@@ -235,23 +247,27 @@ class ManagedPipeline:
             self.final_committed = True
         tracker, pending, no_more = self.cuts.pop(snapshot.checkpoint)
         self.completed = (snapshot.checkpoint, registered, tracker, pending, no_more)
+        self.loop.checkpoint_completed(snapshot.checkpoint)  # its completion control
         self.at("completion-before-tracker-gc")
-        self.tracker.completed(snapshot.checkpoint)
+        self.tracker.completed(snapshot.checkpoint, {0: Proof.of(snapshot.metadata)})
 
     # -- recovery -------------------------------------------------------------------------
 
     def recover(self, side: str) -> None:
         """Both sides restart from the last completed checkpoint: the reader from its state
-        and runtime metadata, the sink without what it had not committed; a reader failover
-        returns the reader's tracked splits, a coordinator failover (new epoch) restores the
-        tracker from the same cut and reconciles it with the restored reader."""
+        and runtime metadata, the sink without what it had not committed. The new reader
+        attempt registers with what its restored metadata proves: the coordinator (after a
+        coordinator failover, a new epoch, its tracker restored from the same cut) keeps that
+        the reader's, returns the rest, and confirms with a REGISTER command, its first to the
+        attempt, its sequences going on above what the metadata applied."""
         self.recoveries += 1
         self.buffer[:] = []
         self.staged.clear()
         self.outbox.clear()
         restored = self.completed[1] if self.completed else None
         self._start_reader(restored)
-        held = set(restored.state["offsets"]) if restored else set()
+        proof = Proof.of(restored.metadata) if restored else NOTHING
+        held = recent_split_ids(restored.metadata) if restored else set()
         if side == "coordinator":
             self.epoch += 1
             tracker, pending, _no_more = (
@@ -261,12 +277,12 @@ class ManagedPipeline:
             )
             self.tracker = AssignmentTracker.from_json(tracker)
             self.pending = [s for s in pending if s not in held]
-            returned = self.tracker.reconcile(0, held)
-        else:
-            returned = self.tracker.reader_failed(0)
+        returned = self.tracker.reconcile(0, proof, self.attempt)
         self.final_checkpoint = None
-        self.pending = sorted(set(self.pending) | set(returned))
+        self.pending = sorted((set(self.pending) | set(returned)) - held)
         self.no_more_sent = False
+        self.sequence = proof.next_sequence(self.epoch) - 1
+        self._send(CommandKind.REGISTER, {"enumerator": []}, f"register:{self.attempt}")
 
     def run(self, rounds: int = 400) -> list[tuple]:
         for n in range(rounds):

@@ -102,6 +102,21 @@ CASES = [
         events.pipeline_restore(5, 3, 2, 1, cause="", slots=[], from_checkpoint=None),
         "Pipeline 2 restored from the start (restore 1).",
     ),
+    (
+        events.pipeline_restore_requested(5, 1, 2, 0.0, task_groups=[12]),
+        "Reader 0 of pipeline 1 will be restored in 0.0 s (restore 2 of pipeline 1).",
+    ),
+    (
+        events.pipeline_restore(
+            5, 3, 1, 2, cause="lost", slots=[4], from_checkpoint=60, task_groups=[12]
+        ),
+        "Reader 0 of pipeline 1 restored from checkpoint 60 onto 1 slot (restore 2): lost.",
+    ),
+    (
+        events.pipeline_restore_withdrawn(5, 1, 2, [12, 14], "the whole pipeline restores"),
+        "The restore of reader 0 of pipeline 1, task group 14 (restore 2 of pipeline 1) was "
+        "withdrawn: the whole pipeline restores.",
+    ),
     (events.checkpoint_triggered(5, 3, 60, 1), "Checkpoint 60 of pipeline 1 triggered."),
     (events.checkpoint_ended(5, 3, 60, 1, "COMPLETED"), "Checkpoint 60 of pipeline 1 completed."),
     (

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from itertools import groupby
 
+import pyarrow as pa
 import pytest
 
-from engine.connectors.batches import to_rows
+from engine.connectors.batches import limits, to_rows
 from engine.connectors.fake import FakeSource
 from engine.connectors.fake_managed import CAPABILITY, ManagedFakeReader
 from engine.jobs.planner import plan_job
+from engine.sourceruntime.reader import rows_of
 from tests.source_conformance import *  # noqa: F403 - the suite's tests run for this connector
-from tests.source_conformance import Subject, under_the_loop
+from tests.source_conformance import Subject, collecting, under_the_loop
 
 
 @pytest.fixture
@@ -64,7 +66,7 @@ def test_a_paced_split_never_blocks_a_turn_and_says_when_it_has_more():
     mailbox = ReaderMailbox(1, "1/0", 1, MailboxLimits(), WorkerBudget(10**9))
     out: list = []
     loop = ReaderEventLoop(
-        mailbox, reader, PollLimits(), out.extend, lambda s: None, "", clock=lambda: now[0]
+        mailbox, reader, PollLimits(), collecting(out), lambda s: None, "", clock=lambda: now[0]
     )
     loop.start()
     reader.add_splits(source.create_splits("BATCH"))
@@ -108,12 +110,10 @@ def test_under_the_loop_the_managed_rows_are_lane_bs_across_its_read_ahead_block
     what was emitted, wherever in a block it was taken."""
     from collections import Counter
 
-    from engine.connectors.fake_managed import READ_AHEAD
-    from engine.member.dataplane import BATCH_SIZE
-
-    assert READ_AHEAD == BATCH_SIZE  # both lanes build rows in blocks of the same size
+    read_ahead = ManagedFakeReader(source_of("row.num = 1")).read_ahead
+    assert read_ahead == limits()[0]  # both lanes build blocks of the data plane's batch size
     for split_num in (1, 3):
-        source = source_of(f"row.num = {2 * READ_AHEAD + 100}, split.num = {split_num}")
+        source = source_of(f"row.num = {2 * read_ahead + 100}, split.num = {split_num}")
         splits = source.create_splits("BATCH")
         lane_b = lane_b_rows(source)
         out, snaps = under_the_loop(ManagedFakeReader(source), splits, every=7)
@@ -131,27 +131,32 @@ def test_under_the_loop_the_managed_rows_are_lane_bs_across_its_read_ahead_block
 
 
 class CountingBuilds(ManagedFakeReader):
-    """FakeSource's managed reader, counting the rows it builds."""
+    """FakeSource's managed reader, counting the rows it builds (as rows or as blocks) and
+    keeping the blocks it built."""
 
     def __init__(self, source: FakeSource, **kw) -> None:
         super().__init__(source, **kw)
-        self.built, build = 0, self.build
+        self.built, self.blocks, build, build_block = 0, [], self.build, self.build_block
 
         def counted(ids):
             rows = build(ids)
             self.built += len(rows)
             return rows
 
-        self.build = counted
+        def counted_block(ids):
+            block = build_block(ids)
+            self.built += block.num_rows
+            self.blocks.append(block)
+            return block
+
+        self.build, self.build_block = counted, counted_block
 
 
 def test_many_splits_take_turns_a_block_each_and_every_row_is_built_once():
-    """The splits take turns in id order, a block of READ_AHEAD rows (or what the split has
-    left) each, and one block is held at a time: rows built == rows emitted."""
-    from engine.connectors.fake_managed import READ_AHEAD
-
-    for split_num in (3, 17):
-        per_split = READ_AHEAD + 904
+    """The splits take turns in id order, a block of ``read_ahead`` rows (or what the split
+    has left) each, and one block is held at a time: rows built == rows emitted."""
+    for split_num in (3, 11):
+        per_split = limits()[0] + 904
         source = source_of(f"row.num = {per_split * split_num}, split.num = {split_num}")
         splits = source.create_splits("BATCH")
         owner = owners(source)
@@ -160,7 +165,7 @@ def test_many_splits_take_turns_a_block_each_and_every_row_is_built_once():
         assert len(out) == per_split * split_num and reader.built == len(out)
         runs = [(split, len(list(rows))) for split, rows in groupby(owner[row] for row in out)]
         ring = sorted(set(owner.values()))  # the splits by id
-        assert runs == [(s, READ_AHEAD) for s in ring] + [(s, 904) for s in ring]
+        assert runs == [(s, reader.read_ahead) for s in ring] + [(s, 904) for s in ring]
 
 
 def test_a_paced_reader_builds_only_the_rows_that_are_due():
@@ -176,15 +181,15 @@ def test_a_paced_reader_builds_only_the_rows_that_are_due():
         now[0] += 0.05
         context = PollContext(PollLimits(), lambda: now[0], now[0])
         reader.poll(context)
-        emitted += len(context.settle())
+        emitted += len(context.records)
     assert emitted and reader.built == emitted
 
 
 def test_after_a_barrier_the_steps_realign_with_the_blocks_and_hand_them_over_whole():
     """A barrier between two turns ends a step inside a block; the next step ends with that
-    block (end_step), and every later step is one whole block, handed over uncopied. On the
+    block (end_step), and every later step is one whole block, handed over as the record
+    batch the reader built (the two parts of the first: zero-copy slices of it). On the
     suite's pinned clock: step sizes are the reader's and the budgets', not the machine's."""
-    from engine.connectors.fake_managed import READ_AHEAD
     from engine.sourceruntime.choices import CommandKind
     from engine.sourceruntime.lifecycle import Life
     from engine.sourceruntime.limits import MailboxLimits, PollLimits
@@ -192,12 +197,14 @@ def test_after_a_barrier_the_steps_realign_with_the_blocks_and_hand_them_over_wh
     from engine.sourceruntime.reader import ReaderEventLoop
     from tests.source_conformance import ArrivingMailbox, admit, pinned_clock
 
-    source = source_of(f"row.num = {5 * READ_AHEAD}, split.num = 1")
+    read_ahead = limits()[0]
+    source = source_of(f"row.num = {5 * read_ahead}, split.num = 1")
     box = ArrivingMailbox(1, "1/1", 1, MailboxLimits(), WorkerBudget(10**9))
     batches, snaps = [], []
+    reader = CountingBuilds(source)
     loop = ReaderEventLoop(
         box,
-        ManagedFakeReader(source),
+        reader,
         PollLimits(),
         batches.append,
         snaps.append,
@@ -216,9 +223,13 @@ def test_after_a_barrier_the_steps_realign_with_the_blocks_and_hand_them_over_wh
     box.on_check = barrier
     while loop.life.state != Life.CLOSED and loop.step():
         pass
-    assert [len(b) for b in batches] == [640, READ_AHEAD - 640] + [READ_AHEAD] * 4
+    assert all(isinstance(b, pa.RecordBatch) for b in batches)
+    assert [b.num_rows for b in batches] == [640, read_ahead - 640] + [read_ahead] * 4
     assert len(snaps) == 1 and snaps[0].state["offsets"]["fake-0"] == 640
-    assert [r for b in batches for r in b] == lane_b_rows(source)["fake-0"]
+    assert all(b is block for b, block in zip(batches[2:], reader.blocks[1:], strict=True))
+    first = reader.blocks[0].column(0).buffers()[1].address
+    assert all(b.column(0).buffers()[1].address == first for b in batches[:2])  # not copied
+    assert rows_of(batches) == lane_b_rows(source)["fake-0"]
 
 
 def test_a_split_assigned_mid_block_waits_until_the_current_block_is_out():
@@ -229,7 +240,9 @@ def test_a_split_assigned_mid_block_waits_until_the_current_block_is_out():
     from engine.sourceruntime.limits import PollLimits
     from engine.sourceruntime.reader import PollContext
 
-    source = source_of("row.num = 15000, split.num = 3")  # 5000 rows a split
+    read_ahead = limits()[0]
+    per_split = read_ahead + 904
+    source = source_of(f"row.num = {3 * per_split}, split.num = 3")
     splits = {s["splitId"]: s for s in source.create_splits("BATCH")}
     owner = owners(source)
     reader = CountingBuilds(source)
@@ -239,16 +252,16 @@ def test_a_split_assigned_mid_block_waits_until_the_current_block_is_out():
     def turn():  # one turn a call: no event loop to go on with
         context = PollContext(PollLimits(), lambda: 0.0, 0.0)
         status = reader.poll(context)
-        out.extend(context.settle())
+        out.extend(context.records)
         return status
 
-    for _ in range(64 + 10):  # fake-1's first block, then ten turns of fake-2's
+    for _ in range(read_ahead // 64 + 10):  # fake-1's first block, then ten turns of fake-2's
         turn()
     assert [owner[r] for r in out[-640:]] == ["fake-2"] * 640
     reader.add_splits([splits["fake-0"]])
     reader.notify_no_more_splits()
     turn()
-    assert owner[out[-1]] == "fake-2" and len(out) == 4096 + 704
+    assert owner[out[-1]] == "fake-2" and len(out) == read_ahead + 704
     while turn().value != "END_OF_INPUT":
         pass
-    assert Counter(out) == Counter(owner.keys()) and reader.built == len(out) == 15000
+    assert Counter(out) == Counter(owner.keys()) and reader.built == len(out) == 3 * per_split

@@ -52,7 +52,7 @@ def test_discovery_scans_on_the_pool_and_hands_on_each_new_file_once(tmp_path):
     loop = CoordinatorEventLoop(pool, clock=lambda: clock[0], wakeup=woken.set)
     found: list[list[str]] = []
     discovery = FileDiscovery(
-        source_in(tmp_path), loop, 1.0, lambda s: found.append([x["splitId"] for x in s])
+        source_in(tmp_path), loop, 1.0, lambda s: found.append([x["relativePath"] for x in s])
     )
 
     def settle():
@@ -68,18 +68,18 @@ def test_discovery_scans_on_the_pool_and_hands_on_each_new_file_once(tmp_path):
 
     discovery.start()
     settle()
-    assert found == [["file:a.csv"]]
+    assert found == [["a.csv"]]
     write(tmp_path, "b.csv", 100)
     write(tmp_path, ".hidden", 0)
     clock[0] += 1.0
     settle()
-    assert found == [["file:a.csv"], ["file:b.csv"]]
+    assert found == [["a.csv"], ["b.csv"]]
     clock[0] += 1.0
     settle()
     assert len(found) == 2  # nothing new: nothing handed on
     restored = FileDiscovery(source_in(tmp_path), loop, 1.0, found.append)
     restored.restore(discovery.snapshot())
-    assert restored.known == {"file:a.csv", "file:b.csv"}
+    assert [item[0] for item in restored.snapshot()["items"]] == ["a.csv", "b.csv"]
     pool.executor.shutdown()
 
 

@@ -1,6 +1,7 @@
 """The Lane A enumerator task, stepped by hand: what it sends (through an outbox that records),
-how it takes admission answers, how a restore reconciles its cut with what the readers hold,
-and, on PostgreSQL, what a reader holds as of a checkpoint it owed no ack (it had FINISHED)."""
+how it takes admission answers, how a restore reconciles its cut with what the readers'
+metadata proves, and, on PostgreSQL, what a reader's snapshot proves as of a checkpoint it owed
+no ack (it had FINISHED)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from engine.member.enumerator_link import REGISTER
 from engine.member.managed_enumerator import SEND_WINDOW, ManagedEnumeratorTask, Target
 from engine.protocol import TASK_SOURCE_COMMAND
 from engine.sourceruntime.choices import AdmissionStatus, AssignmentState, CommandKind
@@ -37,9 +39,13 @@ class RecordingOutbox:
         ]
 
 
-def enumerator(readers: int = 2, *, batch: bool = True, checkpointing: bool = True):
+def enumerator(
+    readers: int = 2, *, batch: bool = True, checkpointing: bool = True, registered: bool = True
+):
+    """An enumerator task of ``readers`` readers, each registered (and its confirmation
+    admitted) unless not ``registered``; the outbox then holds nothing yet."""
     outbox = RecordingOutbox()
-    thread = SimpleNamespace(attempt=EPOCH)
+    thread = SimpleNamespace(attempt=EPOCH, first_barrier=lambda message: False)
     group = SimpleNamespace(id=10, job_id=1, pipeline_id=5)
     task = ManagedEnumeratorTask(thread, group, SharedWorkerPool(1), outbox)
     task.bind(
@@ -50,7 +56,35 @@ def enumerator(readers: int = 2, *, batch: bool = True, checkpointing: bool = Tr
         reply=[10, EPOCH, "uuid-e", "worker-e"],
     )
     task.loop = CoordinatorEventLoop(task.pool, epoch=EPOCH)
+    if registered:
+        for index in range(readers):
+            answer(task, register(task, outbox, index))
+        outbox.sent.clear()
     return task, outbox
+
+
+def register(task, outbox, index: int, attempt: int = EPOCH, metadata: dict | None = None):
+    """Reader ``index``'s attempt registers (as engine.member.enumerator_link does); returns
+    the confirmation sent, if any."""
+    sent = len(outbox.sent)
+    task._on_ack(
+        {
+            "kind": REGISTER,
+            "reader": index,
+            "taskGroupId": 100 + index,
+            "attempt": attempt,
+            "memberUuid": f"uuid-{index}",
+            "memberName": f"worker-{index}",
+            "metadata": metadata or {},
+        }
+    )
+    confirmations = [
+        SourceCommandEnvelope.from_wire(args[3])
+        for task_name, args, _ in outbox.sent[sent:]
+        if task_name == TASK_SOURCE_COMMAND
+    ]
+    assert all(c.kind == CommandKind.REGISTER for c in confirmations)
+    return confirmations[0] if confirmations else None
 
 
 def splits(n: int) -> list[dict]:
@@ -67,11 +101,15 @@ def answer(task, envelope: SourceCommandEnvelope, status=AdmissionStatus.ACCEPTE
 
 
 def test_each_reader_gets_gapless_sequences_from_zero_and_its_watermark_compacts():
-    task, outbox = enumerator()
+    task, outbox = enumerator(registered=False)
+    confirmations = [register(task, outbox, r) for r in (0, 1)]
+    assert [c.senderSequence for c in confirmations] == [0, 0]  # each reader's first
+    for confirmation in confirmations:
+        answer(task, confirmation)
     task.discovery = FixedSplits(task.loop, task._on_new, splits(6))
     task.discovery.start()
     run_loop(task)
-    sent = outbox.envelopes()
+    sent = [e for e in outbox.envelopes() if e.kind == CommandKind.ASSIGN_SPLITS]
     by_reader = {
         r: [
             e.senderSequence
@@ -80,13 +118,13 @@ def test_each_reader_gets_gapless_sequences_from_zero_and_its_watermark_compacts
         ]
         for r in (0, 1)
     }
-    assert by_reader == {0: [0, 1, 2], 1: [0, 1, 2]}  # round-robin, each from 0, no gaps
+    assert by_reader == {0: [1, 2, 3], 1: [1, 2, 3]}  # round-robin, after the confirmation
     mailbox = ReaderMailbox(1, "1/0", EPOCH, MailboxLimits(), WorkerBudget(10**9))
-    for envelope in sent[::2]:  # reader 0's
+    for envelope in [confirmations[0], *sent[::2]]:  # reader 0's
         assert mailbox.admit(envelope).status == AdmissionStatus.ACCEPTED
     while (queued := mailbox.take()) is not None:
         mailbox.applied(queued.envelope)
-    assert mailbox.watermarks() == {str(EPOCH): {"upto": 2, "above": []}}
+    assert mailbox.watermarks() == {str(EPOCH): {"upto": 3, "above": []}}
 
 
 def test_no_more_splits_goes_out_once_everything_is_admitted_even_if_nothing_was_found():
@@ -149,26 +187,39 @@ def test_a_payload_refused_as_invalid_fails_the_task_instead_of_being_resent_for
         )
 
 
-def test_a_restore_gives_readers_what_they_hold_and_returns_the_rest():
-    """The cut: s1 admitted by reader 1, s2 applied and s3 dispatched to reader 0, s4 pending;
-    s5 was assigned to reader 0 after the cut. Reader 0's snapshot holds s2 and s5, reader 1's
-    holds s1. Restored: s3 and s4 are pending again, s5 is known (never handed on twice)."""
+def test_a_restore_gives_readers_what_their_metadata_proves_and_returns_the_rest():
+    """The cut (epoch 2, readers' attempts 2): s1 admitted by reader 1 (its sequence 0), s2
+    applied (0) and s3 dispatched (1) to reader 0, s4 pending; s5 was assigned to reader 0 after
+    the cut (2). Reader 0's snapshot applied sequences 0 and 2 (a gap at 1), and names s2 and s5
+    as recent; reader 1's applied 0. Restored: s3 and s4 are pending again, s5 is known (never
+    handed on twice): nothing is read from the readers' connector state."""
+    old = EPOCH - 1
     cut = AssignmentTracker()
-    for split_id, reader in (("s1", 1), ("s2", 0), ("s3", 0)):
-        cut.dispatch(split_id, 10, reader, EPOCH - 1, EPOCH - 1)
-    cut.admitted("s1", EPOCH - 1)
-    cut.applied("s2", EPOCH - 1)
+    for split_id, reader, sequence in (("s1", 1, 0), ("s2", 0, 0), ("s3", 0, 1)):
+        cut.dispatch(split_id, 10, reader, old, old, sequence)
+    cut.admitted("s1", 1, old)
+    cut.applied("s2", 0, old)
     described = {s: {"splitId": s} for s in ("s1", "s2", "s3", "s4")}
     own = {
+        "enumeratorStateVersion": 1,
         "tracker": cut.to_json(),
         "pending": ["s4"],
         "splits": described,
         "known": ["s1", "s2", "s3", "s4"],
-        "epoch": EPOCH - 1,
+        "epoch": old,
     }
-    task, _ = enumerator()
+    reader0 = {
+        "readerAttemptLineage": [old],
+        "appliedSenderWatermarks": {str(old): {"upto": 0, "above": [2]}},
+        "recentAssignments": [[old, 0, ["s2"]], [old, 2, ["s5"]]],
+    }
+    reader1 = {
+        "readerAttemptLineage": [old],
+        "appliedSenderWatermarks": {str(old): {"upto": 0, "above": []}},
+    }
+    task, _ = enumerator(registered=False)
     task.discovery = FixedSplits(task.loop, task._on_new, [])
-    task._restore(own, {0: {"s2", "s5"}, 1: {"s1"}})
+    task._restore(own, {0: reader0, 1: reader1})
     assert task.pending == ["s4", "s3"]
     assert task.tracker.counts()[AssignmentState.UNASSIGNED.value] == 1  # s3, the enumerator's
     assert set(task.tracker.entries) == {"s3"}
@@ -178,7 +229,7 @@ def test_a_restore_gives_readers_what_they_hold_and_returns_the_rest():
 
 @pytest.mark.django_db(transaction=True)
 def test_a_finished_reader_holds_its_final_snapshot_as_of_later_checkpoints():
-    from engine.jobs import checkpoints
+    from engine.jobs import checkpoints, reader_metadata
     from engine.jobs.submission import submit_job
     from engine.models import Checkpoint, Pipeline, TaskGroup
 
@@ -193,7 +244,14 @@ def test_a_finished_reader_holds_its_final_snapshot_as_of_later_checkpoints():
     def checkpoint(state: str, acks: dict) -> int:
         c = Checkpoint.objects.create(job=job, pipeline=pipeline, expected={}, state="PENDING")
         for group, held in acks.items():
-            snapshot = {"managed": {"state": {"offsets": dict.fromkeys(held, 1)}}}
+            metadata = {
+                "metadataVersion": 2,
+                "readerAttemptLineage": [1],
+                "appliedSenderWatermarks": {"1": {"upto": len(held) - 1, "above": []}},
+                "recentAssignments": [[1, n, [s]] for n, s in enumerate(held)],
+            }
+            state_ = {"offsets": dict.fromkeys(held, 1), "big": "x" * 1000}
+            snapshot = {"managed": {"state": state_, "metadata": metadata}, "sinks": []}
             assert checkpoints.acknowledge(c.id, group.id, 1, snapshot)
         Checkpoint.objects.filter(id=c.id).update(state=state)
         return c.id
@@ -206,3 +264,21 @@ def test_a_finished_reader_holds_its_final_snapshot_as_of_later_checkpoints():
     held = {g: set(s["managed"]["state"]["offsets"]) for g, s in states.items()}
     assert held == {first.id: {"a", "c"}, second.id: {"b"}}
     assert checkpoints.acked_states(final, [second.id])[second.id] == states[second.id]
+    # The completion look-up reads the same snapshots' proof keys, and nothing else.
+    proofs = reader_metadata.acked_metadata(later, [first.id, second.id])
+    assert proofs == {
+        first.id: {
+            "metadataVersion": 2,
+            "readerAttemptLineage": [1],
+            "appliedSenderWatermarks": {"1": {"upto": 1, "above": []}},
+        },
+        second.id: {
+            "metadataVersion": 2,
+            "readerAttemptLineage": [1],
+            "appliedSenderWatermarks": {"1": {"upto": 0, "above": []}},
+        },
+    }
+    restored = reader_metadata.acked_metadata(later, [first.id], recent=True)[first.id]
+    assert restored["recentAssignments"] == [[1, 0, ["a"]], [1, 1, ["c"]]]
+    assert reader_metadata.newest_completed(first.id, 1, 0) == later
+    assert reader_metadata.newest_completed(second.id, 1, final) is None

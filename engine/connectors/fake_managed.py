@@ -1,35 +1,56 @@
 """FakeSource's managed reader: the same deterministic rows, read as Lane A reads (bounded,
-non-blocking poll turns that emit rows and advance their split's offset together).
+non-blocking poll turns that emit records and advance their split's offset together). In the
+steady state its turns are cut from blocks of Arrow columns built as Lane B builds its batches;
+paced splits and listed rows go out as rows, a turn's at a time.
 
 Pacing (``rows.per-second``, ``split.read-interval``) never blocks a turn: a split whose next
 rows are not due is passed over, and a reader with nothing due says when it will have more
-(``retry_at``), which the event loop keeps as its own availability timer.
+(``retry_at``), which the event loop keeps as its own availability timer. Nothing in a turn
+waits, so ``wakeup()`` (``SplitOffsets``'s) only ends the poll call in progress early: a run of
+turns out of a block stops after the turn in progress, the general path after its rows so far.
 """
 
 from __future__ import annotations
 
 import time
 
-from engine.connectors.fake import FakeSource, row_builder
+import pyarrow as pa
+
+from engine.connectors.arrowrows import arrow_schema
+from engine.connectors.batches import from_rows
+from engine.connectors.batches import limits as batch_limits
+from engine.connectors.fake import FakeSource
+from engine.connectors.fake_values import column_builder, row_builder
 from engine.sourceruntime.choices import PollStatus
 from engine.sourceruntime.reader import PollContext, SplitOffsets
 from engine.states import JobMode
 
 CAPABILITY = FakeSource.managed_capability
-#: What one row of FakeSource costs in a poll turn's byte budget (an estimate: rows are tuples).
+#: What one row of FakeSource costs in a poll turn's byte budget when it goes out as a tuple (an
+#: estimate); a block's rows cost what its Arrow buffers hold (``row_bytes``).
 ROW_BYTES = 64
-#: Rows of a split built at once and handed out over the next poll turns (a block): a turn's
-#: rows then cost nothing to build, building is as batched as Lane B's reads (the data plane's
-#: batch size), and a step's turns (64 of 64 rows) hand a whole block over uncopied. A reader
-#: holds one block at a time, as a Lane B reader holds one batch.
-READ_AHEAD = 4096
 
 
 class ManagedFakeReader(SplitOffsets):
+    #: Its state: the splits it holds and their offsets (``SplitOffsets``'). A split's rows are
+    #: a function of its id, so a finished split costs an offset, no more (its splits are as
+    #: many as ``split.num``).
+    STATE_VERSION = 1
+
     def __init__(self, source: FakeSource, mode: str = JobMode.BATCH, clock=time.monotonic) -> None:
         super().__init__()
         self.source, self.mode, self.clock = source, mode, clock
-        self.build = row_builder(source.output_schema(), source.sizes())
+        schema, sizes = source.output_schema(), source.sizes()
+        self.build = row_builder(schema, sizes)  # the general path's rows
+        #: A block of a split's rows as one record batch: Lane B's columns (the builder
+        #: ``FakeSource.read`` uses), or, for kinds it does not build, the rows as one batch.
+        arrow = arrow_schema(schema)
+        columns = column_builder(schema, sizes)
+        self.build_block = columns or (lambda ids: from_rows(self.build(ids), schema, arrow))
+        #: Rows of a split built at once and handed out over the next poll turns (a block): as
+        #: many as a Lane B batch holds (``engine.dataplane.batch-rows``), so a turn's records
+        #: cost nothing to build and a step's turns (256 of 64) hand the block over whole.
+        self.read_ahead = batch_limits()[0]
         self.listed = source.listed_rows()
         self.rate = source.config.get("rows.per-second") or 0.0
         self.interval = (source.config.get("split.read-interval") or 0) / 1000
@@ -42,9 +63,12 @@ class ManagedFakeReader(SplitOffsets):
         #: STREAMING reader whose splits have ended says NOTHING_AVAILABLE and idles.
         self.limits: dict[str, int | None] = {}
         self._order: list[str] | None = None  # the splits in id order, kept between turns
-        #: The block built ahead (split id, first offset, rows, end offset), one at a time;
+        #: The block built ahead (split id, first offset, batch, end offset), one at a time;
         #: derived, never checkpointed. Its split is the current one until the block is out.
-        self._block: tuple[str, int, list[tuple], int] | None = None
+        self._block: tuple[str, int, pa.RecordBatch, int] | None = None
+        #: What a block's row costs in a turn's byte budget: its Arrow buffers' bytes shared
+        #: out evenly, measured on the first block.
+        self.row_bytes: int | None = None
 
     def add_splits(self, splits: list[dict]) -> None:
         super().add_splits(splits)
@@ -89,11 +113,12 @@ class ManagedFakeReader(SplitOffsets):
         """Rows from the splits in turn, each split's offset advanced with them.
 
         In the steady state (no pacing, a turn's records within its byte budget) the splits
-        take turns a block at a time: the current split's next READ_AHEAD rows are built at
-        once, as Lane B reads a batch, go out as a run of whole turns, and end the step when
-        they are all out, so a step hands over one whole block, uncopied; then the next split.
-        Otherwise (``_poll``) each turn starts with the split after the one the last turn
-        ended in, its rows built as they come due."""
+        take turns a block at a time: the current split's next ``read_ahead`` rows are built
+        at once as Arrow columns, as Lane B reads a batch, go out as a run of whole turns cut
+        from it (zero-copy slices), and end the step when they are all out, so a step hands
+        over one whole block, that batch itself; then the next split. Otherwise (``_poll``)
+        each turn starts with the split after the one the last turn ended in, its rows built
+        as they come due."""
         if self._order is None:
             self._order = sorted(self.offsets)
         order, limits = self._order, context.limits
@@ -111,7 +136,7 @@ class ManagedFakeReader(SplitOffsets):
             return None
         block = self._block
         if block is not None and block[1] <= self.offsets[block[0]] < block[3]:
-            split_id, first, rows, end = block  # the current split's, until it is out
+            split_id, first, batch, end = block  # the current split's, until it is out
             offset = self.offsets[split_id]
         else:
             n = len(order)
@@ -123,11 +148,14 @@ class ManagedFakeReader(SplitOffsets):
                 self.cursor = (self.cursor + 1) % n
             else:
                 return None
-            end = offset + READ_AHEAD if limit is None else min(offset + READ_AHEAD, limit)
+            end = offset + self.read_ahead
+            end = end if limit is None else min(end, limit)
             ids = self.source.row_ids(self.splits[split_id], self.mode, offset, end)
-            first, rows = offset, self.build(ids)
-            self._block = (split_id, first, rows, end)  # one at a time, as a Lane B batch
-        offset += context.emit_turns(rows, offset - first, end - first, ROW_BYTES)
+            first, batch = offset, self.build_block(ids)
+            if self.row_bytes is None:  # measured once: a row's width barely varies
+                self.row_bytes = max(-(-batch.get_total_buffer_size() // (end - offset)), 1)
+            self._block = (split_id, first, batch, end)  # one at a time, as a Lane B batch
+        offset += context.emit_turns(batch, offset - first, end - first, self.row_bytes)
         self.offsets[split_id] = offset  # advanced with the rows, before the call returns
         if offset == end:  # the block is out: the next split's, in a step of its own
             self._block = None

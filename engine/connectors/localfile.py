@@ -31,7 +31,7 @@ from engine.connectors.fileformats import (
     records,
     text_delimiter,
 )
-from engine.connectors.localfile_options import SOURCE_IGNORED
+from engine.connectors.localfile_options import DISCOVERY_OPTIONS, SOURCE_IGNORED
 from engine.connectors.registry import register
 from engine.connectors.schema import Schema, convert, kind_args, parse_schema, row_fields
 from engine.sourceruntime.capability import ManagedSourceCapability
@@ -118,18 +118,13 @@ class LocalFileSource(LocalFile, SourcePlugin):
         COMPRESS,
         ENCODING,
         SHEET,
-        Option(
-            "file.discovery.interval",
-            int,
-            min=1,
-            help="ms between scans of the directory for new files (managed lane, STREAMING)",
-        ),
+        *DISCOVERY_OPTIONS,
     )
     #: Runs in the managed lane (Lane A) when allowed: bounded poll turns over file splits,
     #: discovery on the coordinator's async workers (engine.connectors.managed).
     managed_capability = ManagedSourceCapability(async_enumerator=True)
     #: Options that only the managed lane acts on (warned about in Lane B).
-    managed_only_options = ("file.discovery.interval",)
+    managed_only_options = tuple(option.name for option in DISCOVERY_OPTIONS)
     aliases = LocalFile.aliases | {
         "skip_header_row_number": "skip_header_rows",
         "delimiter": "field_delimiter",

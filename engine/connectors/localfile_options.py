@@ -1,9 +1,29 @@
 """SeaTunnel's options of the LocalFile source and sink that Keel accepts without effect, each
 with why (the submit answer's warning says it): options of its other file systems (HDFS,
 Kerberos), of formats Keel writes one way, and of the other side (a sink's options in a source
-block, which SeaTunnel ignores)."""
+block, which SeaTunnel ignores). And the source's own options of the managed lane (discovery of
+new files in a STREAMING job), which Lane B does not act on."""
 
 from __future__ import annotations
+
+from engine.connectors.base import Option
+
+#: The managed lane's discovery (engine.connectors.localfile_managed); Lane B warns about them.
+DISCOVERY_OPTIONS = (
+    Option(
+        "file.discovery.interval",
+        int,
+        min=1,
+        help="ms between scans of the directory for new files (managed lane, STREAMING)",
+    ),
+    Option(
+        "file.discovery.max-file-age",
+        int,
+        min=1,
+        help="ms: files are remembered this long after their ctime; a file first found older "
+        "than this is not read (default 60000, managed lane)",
+    ),
+)
 
 #: The directory under a sink's path where its parts are staged before they are published.
 TMP_DIR = ".keel-tmp"

@@ -12,8 +12,9 @@ Vocabulary (of the specification, Zeta's design text):
   again with every prepared attempt confirmed, aborts when the job ends first or it goes stale;
 - deployment attempt ``<episodeId>-<pipelineId>-<prepareSequence>``: allocated when a restore
   is prepared (engine.jobs.recovery.request_restore), confirmed when the pipeline reaches
-  DEPLOYING on its new slots (engine.jobs.recovery.restore_pipeline). prepareSequence counts
-  per pipeline within the episode;
+  DEPLOYING on its new slots (engine.jobs.recovery.restore_pipeline; a reader restore of a
+  running Lane A pipeline: when its readers do). prepareSequence counts per pipeline within
+  the episode;
 - generation: the highest confirmed prepareSequence of the episode. ``recoveryAttemptCount``
   rises only when the generation advances: one loss hitting three pipelines counts 1.
 

@@ -26,6 +26,7 @@ from engine.states import (
     EXECUTION_DEPLOYED,
     JOB_TERMINAL,
     AttemptState,
+    ControlStepState,
     EpisodeStatus,
     ExecutionStatus,
     JobStatus,
@@ -72,6 +73,8 @@ def _recovered(job: Job, episode_id: int) -> bool:
     )
     if AttemptState.CONFIRMED not in states or AttemptState.PREPARED in states:
         return False
+    if TaskGroup.objects.filter(job=job, status=ExecutionStatus.DEPLOYING).exists():
+        return False  # a reader restored alone runs again once it reports RUNNING
     return not (TaskGroup.objects.filter(job=job).deployed().on_lost_members().exists())
 
 
@@ -116,10 +119,11 @@ def _prune(job_id: int) -> None:
 #: The TTL applies only where no restore of the episode can still deploy: none deployed and
 #: awaits its confirmation (a PREPARED attempt whose pipeline's restore count reached it: the
 #: reconciliation confirms it), no pipeline of the live job is FAILING (its restore waits for
-#: slots, or is about to be prepared), and no task group is left on a lost member (its restore
-#: is still to come). Then: it holds an incident older than the TTL that no confirmed attempt
-#: followed (or that left a PREPARED attempt that cannot deploy any more); an episode with no
-#: incident at all (bound by restore preparation) ages from its start.
+#: slots, or is about to be prepared), no restore step of it is pending (a reader restore of a
+#: running pipeline, say) and no task group is left on a lost member (its restore is still to
+#: come). Then: it holds an incident older than the TTL that no confirmed attempt followed (or
+#: that left a PREPARED attempt that cannot deploy any more); an episode with no incident at
+#: all (bound by restore preparation) ages from its start.
 _STALE = """
 SELECT e.id, e.job_id
   FROM engine_recoveryepisode e
@@ -132,6 +136,8 @@ SELECT e.id, e.job_id
    AND NOT EXISTS (SELECT 1 FROM engine_pipeline p JOIN engine_job j ON j.id = p.job_id
                     WHERE p.job_id = e.job_id AND p.status = %(failing)s
                       AND j.status = ANY(%(live)s))
+   AND NOT EXISTS (SELECT 1 FROM engine_controlstep s
+                    WHERE s.job_id = e.job_id AND s.state = %(pending)s)
    AND NOT EXISTS (SELECT 1 FROM engine_taskgroup g JOIN engine_member m ON m.id = g.member_id
                     WHERE g.job_id = e.job_id AND g.status = ANY(%(deployed)s)
                       AND m.state <> %(alive)s)
@@ -160,6 +166,7 @@ def _stale(only: int | None = None) -> list[tuple[int, int]]:
                 "confirmed": AttemptState.CONFIRMED,
                 "prepared": AttemptState.PREPARED,
                 "failing": ExecutionStatus.FAILING,
+                "pending": ControlStepState.PENDING,
                 "live": [JobStatus.SCHEDULED.value, JobStatus.RUNNING.value],
                 "deployed": sorted(s.value for s in EXECUTION_DEPLOYED),
                 "alive": MemberState.ALIVE,

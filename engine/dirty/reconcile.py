@@ -17,6 +17,7 @@ from engine.events import append_events
 from engine.fencing import StaleEpoch, fenced
 from engine.models import (
     ClusterState,
+    ControlStep,
     DirtyJobState,
     DirtyTrackingGap,
     Job,
@@ -27,6 +28,8 @@ from engine.states import (
     EXECUTION_TERMINAL,
     JOB_TERMINAL,
     AttemptState,
+    ControlStepKind,
+    ControlStepState,
     EpisodeStatus,
     ExecutionStatus,
 )
@@ -112,7 +115,9 @@ def _reconcile_attempt(job: Job, epoch: int, attempt_id: int):
     p = attempt.pipeline
     if p.restore_count >= attempt.restore_number:
         return 1, confirm(state, attempt, epoch)
-    if p.status == ExecutionStatus.FAILING and p.restore_count == attempt.restore_number - 1:
+    if p.restore_count == attempt.restore_number - 1 and (
+        p.status == ExecutionStatus.FAILING or _reader_restore_pending(attempt)
+    ):
         return 0, []
     if p.status in EXECUTION_TERMINAL or job.status in JOB_TERMINAL:
         RecoveryAttempt.objects.filter(id=attempt.id).update(
@@ -134,6 +139,17 @@ def _reconcile_attempt(job: Job, epoch: int, attempt_id: int):
         f"attempt {attempt.attempt_id} is PREPARED but pipeline {p.index} is {p.status} after "
         f"{p.restore_count} restore(s)",
     )
+
+
+def _reader_restore_pending(attempt: RecoveryAttempt) -> bool:
+    """Its restore redeploys some readers of a running pipeline, and has not run yet."""
+    return ControlStep.objects.filter(
+        job_id=attempt.job_id,
+        kind=ControlStepKind.RESTORE_READERS,
+        state=ControlStepState.PENDING,
+        payload__pipelineId=attempt.pipeline_id,
+        payload__restore=attempt.restore_number,
+    ).exists()
 
 
 def _complete_if_recovered(job: Job, epoch: int):

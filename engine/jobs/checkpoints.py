@@ -39,6 +39,7 @@ log = logging.getLogger("keel.checkpoints")
 BARRIER_RESEND = 2.0
 #: How soon a reader's final checkpoint is tried again after one failed (not a whole interval).
 FINAL_RETRY = 1.0
+Told = Callable[[list[Checkpoint]], object]  # who is told of checkpoints that ended
 
 
 def database_now():
@@ -225,14 +226,11 @@ _ACK = """
 
 
 def complete_or_expire(
-    epoch: int, on_completed: Callable[[list[Checkpoint]], object] = lambda completed: None
+    epoch: int, on_completed: Told = lambda completed: None, on_failed: Told = lambda failed: None
 ) -> int:
-    """COMPLETE checkpoints every expected attempt acked; FAIL those timed out or orphaned.
-
-    A constant number of statements however many checkpoints are pending: one read of their
-    acks and task groups, then one fenced transaction that ends every one that can end.
-    ``on_completed`` is called with the COMPLETED ones once that transaction has committed
-    (their commits must never go out before). Returns how many ended."""
+    """COMPLETE checkpoints every expected attempt acked, FAIL those timed out or orphaned, in
+    one read and one fenced transaction however many are pending; then ``on_completed`` and
+    ``on_failed`` get each kind (no commit or abort goes out before). Returns how many ended."""
     pending = list(
         Checkpoint.objects.filter(state=CheckpointState.PENDING)
         .select_related("pipeline", "job")
@@ -244,9 +242,10 @@ def complete_or_expire(
     if not verdicts:
         return 0
     ended = _end(epoch, verdicts)
-    completed = [checkpoint for checkpoint, state in ended if state == CheckpointState.COMPLETED]
-    if completed:
+    if completed := [c for c, state in ended if state == CheckpointState.COMPLETED]:
         on_completed(completed)
+    if failed := [c for c, state in ended if state == CheckpointState.FAILED]:
+        on_failed(failed)
     return len(ended)
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import connection, transaction
+from django.db.models import Q
 from django.db.models.functions import Now
 
 from engine import events as builders
@@ -132,9 +133,13 @@ def owns(task_group_id: int, attempt: int, member_id: int) -> bool:
 
 
 def readers_live(pipeline_id: int) -> bool:
-    """Some reader of the pipeline has not ended (its enumerator keeps its slot until then)."""
+    """Some reader of the pipeline has not ended, or failed and waits for a reader restore
+    (failed in a RUNNING pipeline: engine.jobs.rollup), so its enumerator keeps its slot."""
+    waiting = Q(status=ExecutionStatus.FAILED, pipeline__status=ExecutionStatus.RUNNING)
     return (
-        TaskGroup.objects.live().filter(pipeline_id=pipeline_id, kind=TaskGroupKind.READER).exists()
+        TaskGroup.objects.filter(pipeline_id=pipeline_id, kind=TaskGroupKind.READER)
+        .filter(Q(status__in=EXECUTION_LIVE) | waiting)
+        .exists()
     )
 
 

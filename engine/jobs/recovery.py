@@ -5,6 +5,12 @@ every task group of the failed pipeline has ended, due after ``job.retry.interva
 The active master runs due steps through the control queue (engine.master.control). Executing a
 step is idempotent: it restores the pipeline only if it is still FAILING with that restore
 number pending, else it is a no-op.
+
+A reader restore (RESTORE_READERS) redeploys only some readers of a RUNNING Lane A pipeline,
+lost with their member, while the enumerator and the other readers go on. It shares the
+pipeline's restore numbering and key (``restore:<pipeline>:<number>``): it is a restore of the
+pipeline, counted and tracked as one. Withdrawn before it ran (another task group failed), it
+frees its key for the whole pipeline's restore.
 """
 
 from __future__ import annotations
@@ -46,27 +52,33 @@ NO_SLOTS_RETRY = 1.0
 WAITING_FOR_SLOTS = "waiting for slots"
 
 
-def request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[EngineEvent]:
+def request_restore(
+    job: Job, pipeline: Pipeline, groups: list[dict], *, readers: list[dict] | None = None
+) -> list[EngineEvent]:
     """Create the pipeline's next restore step (idempotent by its key); the job row is locked
-    by the caller's roll-up. The failures of its failed attempts are marked as having caused
-    it (engine.jobs.exceptions)."""
+    by the caller's roll-up. ``readers``: restore only these failed readers (the rest of the
+    pipeline runs on). The failures of its failed attempts are marked as having caused it
+    (engine.jobs.exceptions)."""
     number = pipeline.restore_count + 1
-    key = f"restore:{pipeline.id}:{number}"
     delay = float(job.env.get("job.retry.interval.seconds", 3) or 0)
     lost = sorted({g["lost_member_id"] for g in groups if g["lost_member_id"]})
     failed = [g for g in groups if g["status"] == ExecutionStatus.FAILED]
     planned = bool(failed) and all(g.get("planned_move") for g in failed)
+    payload = {
+        "pipelineId": pipeline.id,
+        "restore": number,
+        "lostMembers": lost,
+        "planned": planned,
+    }
+    kind = ControlStepKind.RESTORE_PIPELINE
+    if readers is not None:
+        kind, payload["taskGroups"] = ControlStepKind.RESTORE_READERS, [g["id"] for g in readers]
     _, created = ControlStep.objects.get_or_create(
-        key=key,
+        key=_key(pipeline, number),
         defaults={
-            "kind": ControlStepKind.RESTORE_PIPELINE,
+            "kind": kind,
             "job": job,
-            "payload": {
-                "pipelineId": pipeline.id,
-                "restore": number,
-                "lostMembers": lost,
-                "planned": planned,
-            },
+            "payload": payload,
             "due_at": timezone.now() + timedelta(seconds=delay),
         },
     )
@@ -74,10 +86,45 @@ def request_restore(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[En
         return []
     exceptions.mark_restored(job.id, [(g["id"], g["attempt"]) for g in failed])
     return [
-        builders.pipeline_restore_requested(job.id, pipeline.index, number, delay),
+        builders.pipeline_restore_requested(
+            job.id, pipeline.index, number, delay, payload.get("taskGroups")
+        ),
         # Restore preparation: the dirty-job attempt is allocated (not counted) here.
         *dirty.on_restore_prepared(job, pipeline, number, lost),
     ]
+
+
+def _key(pipeline: Pipeline, number: int) -> str:
+    return f"restore:{pipeline.id}:{number}"
+
+
+def pending_reader_restore(pipeline: Pipeline) -> ControlStep | None:
+    """The pipeline's next restore, if it is a reader restore not run yet."""
+    return ControlStep.objects.filter(
+        key=_key(pipeline, pipeline.restore_count + 1),
+        kind=ControlStepKind.RESTORE_READERS,
+        state=ControlStepState.PENDING,
+    ).first()
+
+
+def withdraw_reader_restore(
+    job: Job, pipeline: Pipeline, step: ControlStep, *, restores: bool
+) -> list[EngineEvent]:
+    """A reader restore not run yet gives way (the caller's roll-up holds the job row, which
+    its execution takes first, so it never runs after this): another task group failed, and
+    the whole pipeline restores instead (``restores``: its step takes the same key and the
+    same dirty-job attempt once every task group has ended), or ends."""
+    number = step.payload["restore"]
+    ControlStep.objects.filter(id=step.id, state=ControlStepState.PENDING).delete()
+    reason = "the whole pipeline restores" if restores else "the pipeline fails"
+    events = [
+        builders.pipeline_restore_withdrawn(
+            job.id, pipeline.index, number, step.payload["taskGroups"], reason
+        )
+    ]
+    if not restores:  # its prepared attempt will never deploy
+        events += dirty.on_restore_obsolete(job, pipeline, number, None)
+    return events
 
 
 def restore_pipeline(step: ControlStep, epoch: int) -> tuple[str, list[Deployment]]:
@@ -137,34 +184,31 @@ def restore_pipelines(
 
 
 def _restore(step: ControlStep, epoch: int) -> tuple[str, list[Deployment], list[EngineEvent]]:
-    """Release (already freed), request slots, redeploy every task group of the pipeline as a
-    new attempt, from the latest completed checkpoint (from the beginning when there is
-    none), in the caller's transaction. Taking the slots and redeploying onto them go
-    together: a restore that fails at any point (too few slots, an error after the take)
-    gives back exactly the slots it took, and the job's other pipelines keep theirs."""
+    """Release (already freed), request slots, redeploy every task group of the pipeline (of a
+    reader restore: its readers) as a new attempt, from the latest completed checkpoint (from
+    the beginning when there is none), in the caller's transaction. Taking the slots and
+    redeploying onto them go together: a restore that fails at any point (too few slots, an
+    error after the take) gives back exactly the slots it took, and the job's other pipelines
+    (a reader restore's enumerator and other readers) keep theirs."""
     pipeline_id = step.payload["pipelineId"]
     number = step.payload["restore"]
     job = Job.objects.select_for_update(no_key=True).get(id=step.job_id)
     pipeline = Pipeline.objects.select_for_update(no_key=True).get(id=pipeline_id)
-    step = ControlStep.objects.select_for_update(no_key=True).get(id=step.id)
-    if step.state == ControlStepState.DONE:
-        return "done already", [], []
+    step = ControlStep.objects.select_for_update(no_key=True).filter(id=step.id).first()
+    if step is None or step.state == ControlStepState.DONE:
+        return "done already", [], []  # or withdrawn: the whole pipeline's restore replaced it
     groups = list(
         TaskGroup.objects.select_for_update(no_key=True, of=("self",))
         .filter(pipeline=pipeline)
         .order_by("kind", "index")
     )
-    obsolete = (
-        job.status not in (JobStatus.SCHEDULED, JobStatus.RUNNING)
-        or pipeline.status != ExecutionStatus.FAILING
-        or pipeline.restore_count != number - 1
-        or any(g.status not in EXECUTION_TERMINAL for g in groups)
-    )
-    if obsolete:
+    readers = step.payload.get("taskGroups")
+    targets = groups if readers is None else [g for g in groups if g.id in readers]
+    if _obsolete(job, pipeline, number, groups, readers):
         _done(step, "obsolete: nothing to restore")
         return "obsolete", [], dirty.on_restore_obsolete(job, pipeline, number, epoch)
     # A restore stays on the workers the job's tag_filter allows (else it waits, as for slots).
-    slots = slot_transitions.take(len(groups), job.env.get(TAG_FILTER))
+    slots = slot_transitions.take(len(targets), job.env.get(TAG_FILTER))
     if slots is None:
         # Not enough slots now: stay due, try again shortly.
         ControlStep.objects.filter(id=step.id).update(
@@ -173,18 +217,23 @@ def _restore(step: ControlStep, epoch: int) -> tuple[str, list[Deployment], list
             attempts=step.attempts + 1,
         )
         return WAITING_FOR_SLOTS, [], []
-    restored_from = _rewind_splits(pipeline, groups)
-    deployments, group_events = deploy_on(groups, slots, epoch)
-    previous = pipeline.error_msg
+    if readers is None:
+        restored_from = _rewind_splits(pipeline, groups)
+    else:  # Lane A: each reader restores its own snapshot; the enumerator owns the splits
+        restored_from = getattr(checkpoints.latest_completed(pipeline.id), "id", None)
+    deployments, group_events = deploy_on(targets, slots, epoch)
+    previous = pipeline.error_msg if readers is None else _causes(targets)
     planned = bool(step.payload.get("planned"))
-    Pipeline.objects.filter(id=pipeline.id).update(
-        status=ExecutionStatus.DEPLOYING,
-        restore_count=number,
-        planned_restores=pipeline.planned_restores + int(planned),
-        error_msg="",
-        splits_assigned=restored_from is not None,
-    )
-    _done(step, f"restored on {len(groups)} slots")
+    counts = {"restore_count": number, "planned_restores": pipeline.planned_restores + int(planned)}
+    if readers is None:
+        counts.update(
+            status=ExecutionStatus.DEPLOYING,
+            error_msg="",
+            splits_assigned=restored_from is not None,
+        )
+    Pipeline.objects.filter(id=pipeline.id).update(**counts)
+    whom = "" if readers is None else f" for {len(targets)} reader(s)"
+    _done(step, f"restored on {len(targets)} slots{whom}")
     counters.bump([(counters.RESTORES, "planned" if planned else "member_loss", 1)])
     events = [
         builders.pipeline_restore(
@@ -195,19 +244,57 @@ def _restore(step: ControlStep, epoch: int) -> tuple[str, list[Deployment], list
             cause=previous,
             slots=[s for s, _ in slots],
             from_checkpoint=restored_from,
+            task_groups=readers,
         ),
+        *_deploying(job, pipeline, epoch, readers),
+        *group_events,
+        # The pipeline (or its readers) reached DEPLOYING on new slots: the attempt counts now.
+        *dirty.on_restore_deploying(job, pipeline, number, epoch),
+    ]
+    return "restored", deployments, events
+
+
+def _obsolete(
+    job: Job, pipeline: Pipeline, number: int, groups: list[TaskGroup], readers: list[int] | None
+) -> bool:
+    """The restore has nothing to do: the job is stopping, or the pipeline moved on (another
+    restore came first; a reader restore's pipeline is no longer RUNNING, or its readers no
+    longer wait, failed with their member)."""
+    if job.status not in (JobStatus.SCHEDULED, JobStatus.RUNNING):
+        return True
+    if pipeline.restore_count != number - 1:
+        return True
+    if readers is None:
+        return pipeline.status != ExecutionStatus.FAILING or any(
+            g.status not in EXECUTION_TERMINAL for g in groups
+        )
+    waiting = [
+        g
+        for g in groups
+        if g.id in readers and g.status == ExecutionStatus.FAILED and g.lost_member_id
+    ]
+    return pipeline.status != ExecutionStatus.RUNNING or len(waiting) != len(readers)
+
+
+def _causes(groups: list[TaskGroup]) -> str:
+    return "; ".join(dict.fromkeys(g.error_msg for g in groups if g.error_msg))
+
+
+def _deploying(
+    job: Job, pipeline: Pipeline, epoch: int, readers: list[int] | None
+) -> list[EngineEvent]:
+    """The pipeline's own move to DEPLOYING (a reader restore's pipeline stays RUNNING)."""
+    if readers is not None:
+        return []
+    return [
         builders.pipeline_status(
             job.id,
             pipeline.index,
             ExecutionStatus.FAILING,
             ExecutionStatus.DEPLOYING,
             epoch=epoch,
-        ),
-        *group_events,
-        # The pipeline reached DEPLOYING on its new slots: the attempt counts now.
-        *dirty.on_restore_deploying(job, pipeline, number, epoch),
+        )
     ]
-    return "restored", deployments, events
 
 
 def _rewind_splits(pipeline: Pipeline, groups: list[TaskGroup]) -> int | None:

@@ -2,7 +2,9 @@
 
 It runs in the transaction of every task-group report (the job row locked). A pipeline that lost
 a member and may restore goes FAILING and, once all its task groups have ended, gets its durable
-restore step (engine.jobs.recovery); the job keeps running meanwhile. A job whose pipelines have
+restore step (engine.jobs.recovery); the job keeps running meanwhile. A Lane A pipeline that lost
+only readers is their failover region: it keeps running, and a restore step for just those
+readers is created at once (docs/decisions/0039-reader-failover.md). A job whose pipelines have
 all ended ends through engine.jobs.terminal.
 """
 
@@ -18,7 +20,15 @@ from engine.states import (
     JOB_TERMINAL,
     ExecutionStatus,
     JobStatus,
+    TaskGroupKind,
     transition_path,
+)
+
+#: What the rest of a pipeline may be doing while some of its readers restore alone.
+_BESIDE_A_READER_RESTORE = (
+    ExecutionStatus.DEPLOYING,
+    ExecutionStatus.RUNNING,
+    ExecutionStatus.FINISHED,
 )
 
 
@@ -82,12 +92,63 @@ def _restorable(job: Job, pipeline: Pipeline, groups: list[dict]) -> bool:
     return used < int(job.env.get("job.retry.times", 3))
 
 
+def _lost_readers(job: Job, pipeline: Pipeline, groups: list[dict]) -> list[dict] | None:
+    """The failed readers of a RUNNING Lane A pipeline that restore alone, or None: each reader
+    runs its own chain (no exchange between readers), so it is a failover region of its own,
+    while the enumerator runs (it learns the reader's new attempt) and the rest is running,
+    deploying or finished. ``_restorable``'s rule applies as to a whole pipeline (member losses
+    only, ``job.retry.times``, planned moves). Without checkpoints nothing proves what a reader
+    had (its enumerator forgets what was admitted): only the whole pipeline reads it again."""
+    if not (job.env.get("checkpoint.interval") or 0) > 0:
+        return None
+    failed = [g for g in groups if g["status"] == ExecutionStatus.FAILED]
+    if not failed or any(g["kind"] != TaskGroupKind.READER for g in failed):
+        return None
+    rest = [g for g in groups if g["status"] != ExecutionStatus.FAILED]
+    if any(g["status"] not in _BESIDE_A_READER_RESTORE for g in rest):
+        return None
+    if not any(
+        g["kind"] == TaskGroupKind.ENUMERATOR and g["status"] == ExecutionStatus.RUNNING
+        for g in rest
+    ):
+        return None
+    return failed if _restorable(job, pipeline, groups) else None
+
+
+def _is_lane_a(pipeline: Pipeline) -> bool:
+    return (pipeline.plan.get("sourceRuntime") or {}).get("lane") == "A"
+
+
+def _reader_failover(
+    job: Job, pipeline: Pipeline, groups: list[dict]
+) -> tuple[bool, list[EngineEvent]]:
+    """For a pipeline with a failed task group: (True, events) when its failed readers restore
+    alone (the pipeline stays RUNNING), (False, events) for the whole-pipeline path. A reader
+    restore still pending for other readers than those failed now (a second reader or the
+    enumerator was lost meanwhile) is withdrawn, and the whole pipeline restores instead: the
+    safe fallback (its events are the withdrawal's)."""
+    if pipeline.status != ExecutionStatus.RUNNING or not _is_lane_a(pipeline):
+        return False, []
+    pending = recovery.pending_reader_restore(pipeline)
+    readers = _lost_readers(job, pipeline, groups)
+    if readers is not None:
+        if pending is None:
+            return True, recovery.request_restore(job, pipeline, groups, readers=readers)
+        if set(pending.payload["taskGroups"]) == {g["id"] for g in readers}:
+            return True, []  # requested by an earlier roll-up
+    if pending is None:
+        return False, []
+    restores = _restorable(job, pipeline, groups)
+    return False, recovery.withdraw_reader_restore(job, pipeline, pending, restores=restores)
+
+
 def settle_job(job: Job) -> list[EngineEvent]:
     """Roll task-group states up into pipelines and the job (job row locked by the caller).
 
     A pipeline that lost a member and may restore goes FAILING (its other task groups are
     cancelled); once all of them have ended, a durable restore step is created, due after
-    ``job.retry.interval.seconds``. The job keeps running meanwhile.
+    ``job.retry.interval.seconds``. The job keeps running meanwhile. A running Lane A pipeline
+    that lost only readers keeps running: the step restores just them (``_lost_readers``).
     """
     if job.status in JOB_TERMINAL:
         return []
@@ -102,13 +163,25 @@ def _settle(job: Job, pipelines: list[Pipeline]) -> list[EngineEvent]:
     events: list[EngineEvent] = []
     groups = list(
         TaskGroup.objects.filter(job=job).values(
-            "id", "attempt", "pipeline_id", "status", "error_msg", "lost_member_id", "planned_move"
+            "id",
+            "kind",
+            "attempt",
+            "pipeline_id",
+            "status",
+            "error_msg",
+            "lost_member_id",
+            "planned_move",
         )
     )
     restoring: set[int] = set()
     for pipeline in pipelines:
         mine = [g for g in groups if g["pipeline_id"] == pipeline.id]
         statuses = [g["status"] for g in mine]
+        if ExecutionStatus.FAILED in statuses:
+            alone, made = _reader_failover(job, pipeline, mine)
+            events += made
+            if alone:
+                continue
         target = _pipeline_target(pipeline.status, statuses)
         if target in (ExecutionStatus.FAILING, ExecutionStatus.FAILED) and _restorable(
             job, pipeline, mine

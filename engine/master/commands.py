@@ -16,6 +16,7 @@ from engine.jobs.scheduler import Deployment
 from engine.outbox import Outbox
 from engine.protocol import (
     CONTROL_QUEUE,
+    TASK_ABORT,
     TASK_BARRIER,
     TASK_CANCEL,
     TASK_CLEANUP,
@@ -55,6 +56,10 @@ def barrier(target: Deployment, checkpoint_id: int) -> None:
 
 def commit(target: Deployment, checkpoint_id: int) -> None:
     to_member(TASK_COMMIT, target, checkpoint_id)
+
+
+def abort(target: Deployment, checkpoint_id: int) -> None:
+    to_member(TASK_ABORT, target, checkpoint_id)
 
 
 def run_control_step(step_id: int, epoch: int) -> None:

@@ -24,7 +24,7 @@ from engine.fencing import StaleEpoch, fenced
 from engine.jobs import cleanup, recovery
 from engine.master import commands
 from engine.models import ControlStep
-from engine.states import ControlStepKind, ControlStepState
+from engine.states import RESTORE_KINDS, ControlStepState
 
 log = logging.getLogger("keel.control")
 #: How long one pass of the active master runs due steps itself (a chunk of restores or a few).
@@ -105,11 +105,9 @@ def _run_here(steps: list[ControlStep], epoch: int) -> dict[int, str | None]:
     instead). A stale epoch or a database error is raised: the master steps down, or
     reconnects."""
     answers: dict[int, str | None] = {
-        s.id: f"unknown step kind {s.kind}"
-        for s in steps
-        if s.kind != ControlStepKind.RESTORE_PIPELINE
+        s.id: f"unknown step kind {s.kind}" for s in steps if s.kind not in RESTORE_KINDS
     }
-    restores = [s for s in steps if s.kind == ControlStepKind.RESTORE_PIPELINE]
+    restores = [s for s in steps if s.kind in RESTORE_KINDS]
     if not restores:
         return answers
     try:
@@ -133,7 +131,7 @@ def run_step(step_id: int, epoch: int) -> str:
     step = ControlStep.objects.filter(id=step_id).first()
     if step is None or step.state == ControlStepState.DONE:
         return "done already"
-    if step.kind != ControlStepKind.RESTORE_PIPELINE:
+    if step.kind not in RESTORE_KINDS:
         return f"unknown step kind {step.kind}"
     try:
         result, deployments = recovery.restore_pipeline(step, epoch)

@@ -17,7 +17,7 @@ from django.utils import timezone
 from engine import dirty
 from engine.events import append_events
 from engine.fencing import fenced
-from engine.jobs import checkpoints, drain, lifecycle, terminal
+from engine.jobs import checkpoint_aborts, checkpoints, drain, lifecycle, terminal
 from engine.jobs.scheduler import Deployment, schedule_next
 from engine.master import commands
 from engine.models import Checkpoint, TaskGroup
@@ -150,14 +150,19 @@ def drain_members(epoch: int) -> bool:
 
 def coordinate_checkpoints(epoch: int, trigger: bool = True) -> bool:
     """End the checkpoints that can end, telling readers to commit each completed one as soon
-    as it is; send again the barriers still unacked; then trigger the checkpoints that are due
-    and send their barriers (unless not ``trigger``: a recovery is under way)."""
+    as it is, and the task groups a failed one expected that it aborted; send again the
+    barriers still unacked; then trigger the checkpoints that are due and send their barriers
+    (unless not ``trigger``: a recovery is under way)."""
 
     def send_commits(completed: list[Checkpoint]) -> None:
         for checkpoint_id, target in checkpoints.committers(completed):
             commands.commit(target, checkpoint_id)
 
-    ended = checkpoints.complete_or_expire(epoch, send_commits)
+    def send_aborts(failed: list[Checkpoint]) -> None:
+        for checkpoint_id, target in checkpoint_aborts.told_of_abort(failed):
+            commands.abort(target, checkpoint_id)
+
+    ended = checkpoints.complete_or_expire(epoch, send_commits, send_aborts)
     barriers = checkpoints.unacked_barriers(epoch)
     if trigger:
         barriers += checkpoints.trigger_due(epoch)

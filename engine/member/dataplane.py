@@ -18,7 +18,7 @@ from engine.connectors.batches import ROW_SOURCE_BATCH, bounded, limits
 from engine.connectors.schema import Schema
 from engine.states import JobMode
 
-#: The rows a row source (``read_rows``) builds at a time; Lane A's read-ahead is the same.
+#: The rows a row source (``read_rows``) builds at a time (Lane A reads blocks of a whole batch).
 BATCH_SIZE = ROW_SOURCE_BATCH
 METRICS_INTERVAL = 1.0
 #: A source with nothing due is asked again after IDLE_WAIT_MIN, doubling while it stays idle

@@ -8,15 +8,17 @@ importing this module.
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import shared_task
 
 from engine.jobconfig import ConfigError
 from engine.jobs.planner import plan_job
 from engine.member import runtime
-from engine.member.mailbox import Barrier, Commit
+from engine.member.mailbox import Abort, Barrier, Commit
 from engine.models import TaskGroup
 from engine.protocol import (
+    TASK_ABORT,
     TASK_BARRIER,
     TASK_CANCEL,
     TASK_COMMIT,
@@ -76,9 +78,10 @@ def cancel_task_group(task_group_id: int, attempt: int, member_uuid: str) -> dic
     return {"ok": True, "result": here.cancel(task_group_id, attempt)}
 
 
-def _mailbox_command(message: type[Barrier] | type[Commit]):
+def _mailbox_command(message: type[Barrier] | type[Commit] | type[Abort]):
     """A checkpoint command: offer ``message(checkpoint_id)`` to the task group's mailbox, where
-    it is handled between two batches (a barrier cuts the data there, a commit follows it)."""
+    it is handled between two batches (a barrier cuts the data there, a commit or an abort
+    follows it)."""
 
     def offer(task_group_id: int, attempt: int, member_uuid: str, checkpoint_id: int) -> dict:
         here = runtime.addressed(member_uuid)
@@ -94,6 +97,9 @@ checkpoint_barrier = shared_task(name=TASK_BARRIER, acks_late=False, ignore_resu
 )
 checkpoint_commit = shared_task(name=TASK_COMMIT, acks_late=False, ignore_result=True)(
     _mailbox_command(Commit)
+)
+checkpoint_abort = shared_task(name=TASK_ABORT, acks_late=False, ignore_result=True)(
+    _mailbox_command(Abort)
 )
 
 
@@ -113,13 +119,16 @@ def source_command(
         return {"ok": False, "reason": "not an envelope"}
     ack = here.admit(task_group_id, attempt, envelope)
     answer = {"commandId": envelope.commandId, "ack": ack.to_json()}
+    if len(reply) > 4:  # the publish's time: the enumerator measures the hop to admission
+        answer.update(sentAt=reply[4], admittedAt=time.time())
     here.outbox.put(TASK_SOURCE_ACK, [reply[0], reply[1], reply[2], answer], member_queue(reply[3]))
     return {"ok": ack.status == AdmissionStatus.ACCEPTED, **answer}
 
 
 @shared_task(name=TASK_SOURCE_ACK, acks_late=False, ignore_result=True)
 def source_ack(task_group_id: int, attempt: int, member_uuid: str, answer: dict) -> dict:
-    """A reader's AdmissionAck for a Lane A enumerator here: posted to its coordinator loop."""
+    """A reader's message for a Lane A enumerator here (an AdmissionAck, or what
+    engine.member.enumerator_link sends): posted to its coordinator loop."""
     here = runtime.addressed(member_uuid)
     if here is None:
         return NOT_ADDRESSED
@@ -142,6 +151,7 @@ BATCHABLE = {
     TASK_CANCEL: cancel_task_group.run,
     TASK_BARRIER: checkpoint_barrier.run,
     TASK_COMMIT: checkpoint_commit.run,
+    TASK_ABORT: checkpoint_abort.run,
     TASK_SOURCE_COMMAND: source_command.run,
     TASK_SOURCE_ACK: source_ack.run,
 }

@@ -1,7 +1,8 @@
 """A task group's bounded mailbox: ordered commands drained by its own thread between batches.
 
 Celery pool threads only offer messages here; the task group handles them at a batch boundary,
-so a checkpoint barrier cuts the data in order and a commit follows its checkpoint.
+so a checkpoint barrier cuts the data in order and a commit (or an abort) follows its
+checkpoint.
 """
 
 from __future__ import annotations
@@ -27,7 +28,15 @@ class Commit:
     checkpoint_id: int
 
 
-Message = Barrier | Commit
+@dataclass(frozen=True)
+class Abort:
+    """Checkpoint ``checkpoint_id`` ended without completing (expired, failed, redeployed): a
+    Lane A task group forgets what it proved (Lane B ones ignore it)."""
+
+    checkpoint_id: int
+
+
+Message = Barrier | Commit | Abort
 
 
 class Mailbox:

@@ -2,19 +2,24 @@
 loop, the one owner of the enumerator's state (its discovery, its pending splits and the split
 assignment tracker).
 
-Splits are assigned round-robin to the readers' current attempts, one command per split, each
-with its tracker command id and a sender sequence of its own per reader (so a reader's applied
-watermark has no gaps). Commands go out through the worker's outbox; a reader's handler answers
-with its AdmissionAck as a command of its own, which is posted to the loop. A command goes again
-under its id until admitted (RETRY_LATER after its backoff, silence after RESEND_AFTER). Nothing
-here waits on another process: checkpoint completions are looked up on the shared async pool
-and their results applied on the loop, fenced by the coordinator epoch (the attempt).
+Splits are assigned round-robin to the readers' registered attempts (engine.member
+.enumerator_readers), one command per split, each with its tracker command id and a sender
+sequence of its own per reader (so a reader's applied watermark has no gaps). Commands go out
+through the worker's outbox; a reader's handler answers with its AdmissionAck as a command of
+its own, which is posted to the loop, as are the readers' registrations, assignment
+acknowledgements and snapshot reports. A command goes again under its id until admitted
+(RETRY_LATER after its backoff; on silence after RESEND_AFTER, doubling up to RESEND_CAP
+until it is answered: a dead reader is not sent its commands every second). Nothing here waits
+on another process: checkpoint completions are looked up on the shared async pool and their
+results applied on the loop, fenced by the coordinator epoch (the attempt).
 
 A barrier snapshots the enumerator on the loop (tracker, pending splits and their descriptions,
-the discovery's known splits). A restore (every restore is both a coordinator and a reader
-failover: the whole pipeline is redeployed) takes the cut of the latest completed checkpoint and
-reconciles it with what each reader's snapshot in that checkpoint holds: held splits are the
-reader's, the rest tracked for it goes back to the pending splits.
+the discovery's known splits; versioned, ``enumeratorStateVersion``). A whole-pipeline restore
+(both a coordinator and a reader failover) takes the cut of the latest completed checkpoint and
+reconciles it with what each reader's snapshot in that checkpoint proves by its runtime
+metadata: proven assignments are the reader's, the rest tracked for it goes back to the pending
+splits. A reader restored alone (this enumerator running on) is reconciled the same way when
+its new attempt registers.
 """
 
 from __future__ import annotations
@@ -27,25 +32,38 @@ from collections import Counter
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import close_old_connections
 
 from engine.connectors.managed import discovery_for
-from engine.jobs import checkpoints, lifecycle
-from engine.member.dataplane import METRICS_INTERVAL, instantiate
-from engine.member.mailbox import Message
+from engine.jobs import checkpoints, lifecycle, reader_metadata
+from engine.member.dataplane import METRICS_INTERVAL, PluginFailure, instantiate
+from engine.member.enumerator_readers import (
+    ReaderRegistration,
+    Target,
+    completed_proofs,
+    readers_of,
+)
+from engine.member.mailbox import Abort, Message
 from engine.member.managed_reader import runtime_id, runtime_metrics
 from engine.models import TaskGroup
 from engine.outbox import Outbox
 from engine.protocol import TASK_SOURCE_COMMAND, member_queue
+from engine.sourceruntime.capability import (
+    ENUMERATOR_STATE_VERSION,
+    LaneMismatch,
+    check_enumerator_state,
+)
 from engine.sourceruntime.choices import AdmissionStatus, CommandKind
 from engine.sourceruntime.coordinator import CoordinatorEventLoop, SharedWorkerPool
 from engine.sourceruntime.envelope import SourceCommandEnvelope
-from engine.sourceruntime.tracker import AssignmentTracker, TrackerFull
-from engine.states import JobMode, TaskGroupKind
+from engine.sourceruntime.latency import LatencyHistogram
+from engine.sourceruntime.tracker import AssignmentTracker, Proof, TrackerFull
+from engine.states import JobMode
 
 log = logging.getLogger("keel.enumerator")
 #: An unanswered command is sent again after this many seconds (its answer may be lost).
 RESEND_AFTER = 1.0
+#: The longest wait between two resends of a command nothing answers (its reader may be gone).
+RESEND_CAP = 8.0
 RESEND_TICK = 0.1
 COMPLETIONS_EVERY = 0.5
 LIVENESS_EVERY = 0.5
@@ -54,17 +72,10 @@ STEPS_PER_TURN = 200
 #: Assignments one reader may have sent and not yet admitted: the rest wait as pending splits
 #: (a split storm neither floods a reader's mailbox nor the worker's outbox).
 SEND_WINDOW = 64
-
-
-@dataclass(frozen=True)
-class Target:
-    """A reader's current attempt, where its commands go."""
-
-    index: int
-    task_group_id: int
-    attempt: int
-    member_uuid: str
-    member_name: str
+#: Nothing is assigned until every reader registered, or this long after the loop started (a
+#: reader slow to start does not hold the others back for longer; one later is late, and
+#: takes only splits found after it registered or returned to the enumerator).
+REGISTRATION_GRACE = 10.0
 
 
 @dataclass
@@ -79,37 +90,12 @@ class Outstanding:
     due: float = 0.0
     backoff: float = 0.0
     since: float = 0.0
+    #: Its wait for an answer before it goes again: doubled at each resend on silence (up to
+    #: RESEND_CAP), 0 once answered (the next resend waits RESEND_AFTER again).
+    silence: float = RESEND_AFTER
 
 
-def readers_of(pipeline_id: int) -> list[Target]:
-    return [
-        Target(g.index, g.id, g.attempt, str(g.member.uuid), g.member.name)
-        for g in TaskGroup.objects.filter(pipeline_id=pipeline_id, kind=TaskGroupKind.READER)
-        .select_related("member")
-        .order_by("index")
-        if g.member is not None
-    ]
-
-
-def completed_cut(
-    task_group_id: int, attempt: int, after: int, readers: tuple[tuple[int, int], ...]
-) -> tuple[int, dict[int, set[str]]] | None:
-    """On the shared pool: the newest completed checkpoint this attempt acked after ``after``,
-    and the split ids each reader's snapshot in it holds."""
-    close_old_connections()
-    found = checkpoints.completed_since(task_group_id, attempt, after)
-    if found is None:
-        return None
-    checkpoint_id = found[0]
-    states = checkpoints.acked_states(checkpoint_id, [tg for _, tg in readers])
-    return checkpoint_id, {index: held_splits(states.get(tg, {})) for index, tg in readers}
-
-
-def held_splits(state: dict) -> set[str]:
-    return set(((state.get("managed") or {}).get("state") or {}).get("offsets") or {})
-
-
-class ManagedEnumeratorTask:
+class ManagedEnumeratorTask(ReaderRegistration):
     def __init__(self, thread, group: TaskGroup, pool: SharedWorkerPool, outbox: Outbox) -> None:
         self.thread, self.group, self.pool, self.outbox = thread, group, pool, outbox
         self.epoch = thread.attempt
@@ -123,7 +109,10 @@ class ManagedEnumeratorTask:
         self.max_backoff = engine["source-runtime.retry.max-backoff"]
         self.splits: dict[str, dict] = {}  # descriptions of pending and tracked splits
         self.pending: list[str] = []
-        self.targets: dict[int, Target] = {}
+        self.expected: dict[int, Target] = {}  # the pipeline's readers (their attempts)
+        self.targets: dict[int, Target] = {}  # registered attempts
+        self.ready: set[int] = set()  # registered, and the confirmation admitted
+        self.started = 0.0  # when the loop started (the registration grace runs from it)
         self.sequences: dict[int, int] = {}
         self.outstanding: dict[str, Outstanding] = {}
         self.no_more: set[int] = set()  # readers sent no-more-splits
@@ -131,6 +120,8 @@ class ManagedEnumeratorTask:
         self.completed_upto = 0
         self.acks: Counter[str] = Counter()
         self.backpressure = 0
+        #: Publish to a reader's admission (ACCEPTED), through the outbox, broker and handler.
+        self.admission_latency = LatencyHistogram()
         self.discovery = None
         self.in_flight: Counter[int] = Counter()  # assignments sent to a reader, not admitted
         self.batch, self.checkpointing = False, True
@@ -145,18 +136,20 @@ class ManagedEnumeratorTask:
         runtime: str,
         reply: list,
     ) -> None:
-        """Where its commands go (the readers' current attempts) and what the job asks."""
-        self.targets = {t.index: t for t in targets}
-        # Each reader's sequences run from 0 without gaps, so its applied watermark compacts.
-        self.sequences = dict.fromkeys(self.targets, -1)
+        """Its readers (commands go to each once its attempt registered) and what the job
+        asks."""
+        self.expected = {t.index: t for t in targets}
+        # Each reader's sequences run without gaps, so its applied watermark compacts.
+        self.sequences = dict.fromkeys(self.expected, -1)
         self.batch, self.checkpointing = batch, checkpointing
         self.runtime_id, self.reply = runtime, reply
+        self.started = time.monotonic()
 
     # -- operation threads ----------------------------------------------------------------
 
     def post_ack(self, answer: dict) -> None:
-        """A reader's admission answer: applied on the loop (before it runs: dropped, and the
-        command goes again)."""
+        """A reader's admission answer or other message: applied on the loop (before it runs:
+        dropped, and the command, or the registration, goes again)."""
         loop = self.loop
         if loop is not None:
             loop.post(lambda: self._on_ack(answer))
@@ -176,48 +169,54 @@ class ManagedEnumeratorTask:
             reply=[group.id, self.epoch, str(member.uuid), member.name],
         )
         latest = thread.db("finding its checkpoint", checkpoints.latest_completed, pipeline.id)
+        own, metadata = None, {}
+        if latest is not None:
+            states = thread.db(
+                "reading its checkpoint", checkpoints.acked_states, latest.id, [group.id]
+            )
+            own = (states.get(group.id) or {}).get("managed")
+            try:  # before anything runs
+                if own:
+                    check_enumerator_state(own)
+            except LaneMismatch as exc:
+                raise PluginFailure(pipeline.plan["source"]["path"], exc) from exc
+            found = thread.db(
+                "reading its readers' checkpoint",
+                reader_metadata.acked_metadata,
+                latest.id,
+                [t.task_group_id for t in targets],
+                recent=True,
+            )
+            metadata = {t.index: found.get(t.task_group_id) for t in targets}
         loop = CoordinatorEventLoop(self.pool, epoch=self.epoch, wakeup=self.wake.set)
         source = instantiate(pipeline.plan["source"])
         self.discovery = discovery_for(source, job.mode, loop, self._on_new)
         if latest is not None:
-            states = thread.db(
-                "reading its checkpoint",
-                checkpoints.acked_states,
-                latest.id,
-                [group.id, *(t.task_group_id for t in targets)],
-            )
-            self._restore(
-                (states.get(group.id) or {}).get("managed"),
-                {t.index: held_splits(states.get(t.task_group_id, {})) for t in targets},
-            )
+            self._restore(own, metadata)
             self.completed_upto = latest.id
         self.loop = loop
+        self.started = time.monotonic()
         self.discovery.start()
         loop.schedule_in_coordinator_thread("resend", RESEND_TICK, self._resend_tick)
         loop.schedule_in_coordinator_thread("completions", COMPLETIONS_EVERY, self._completions)
         loop.post(self._assign)
         self._drive(loop)
 
-    def _restore(self, own: dict | None, held: dict[int, set[str]]) -> None:
-        """The cut of the latest completed checkpoint, reconciled with what its readers hold."""
+    def _restore(self, own: dict | None, metadata: dict[int, dict | None]) -> None:
+        """The cut of the latest completed checkpoint, reconciled with what its readers'
+        snapshots in it prove (``metadata``: their runtime metadata, by reader index)."""
         if own:
             self.tracker = AssignmentTracker.from_json(
                 own["tracker"], self.tracker.max_entries, self.tracker.max_bytes
             )
             self.splits = dict(own["splits"])
             self.pending = list(own["pending"])
-        every_held = set().union(*held.values()) if held else set()
-        returned = []
-        for index, ids in held.items():
-            returned += self.tracker.reconcile(index, ids)
-        for entry in list(self.tracker.entries.values()):
-            if entry.reader is not None and entry.reader not in held:
-                returned += self.tracker.reader_failed(entry.reader)  # a reader not there now
-        pending = [s for s in [*self.pending, *returned] if s not in every_held]
+        returned, held = self._restore_readers(metadata)
+        pending = [s for s in [*self.pending, *returned] if s not in held]
         self.pending = list(dict.fromkeys(pending))
-        self.discovery.restore(set(own["known"] if own else ()) | every_held)
-        for split_id in every_held:
-            self.splits.pop(split_id, None)
+        self.discovery.restore(own["known"] if own else None, held)
+        keep = {*self.pending, *self.tracker.entries}
+        self.splits = {s: split for s, split in self.splits.items() if s in keep}
 
     def _drive(self, loop: CoordinatorEventLoop) -> None:
         thread = self.thread
@@ -248,9 +247,11 @@ class ManagedEnumeratorTask:
                 self.wake.wait(IDLE_WAIT)
 
     def _on_message(self, message: Message) -> None:
+        checkpoint_id = message.checkpoint_id
         if self.thread.first_barrier(message):
-            checkpoint_id = message.checkpoint_id
             self.loop.post(lambda: self._snapshot(checkpoint_id))
+        elif isinstance(message, Abort):  # what its readers' snapshots proved is unproven
+            self.loop.post(lambda: self.tracker.aborted(checkpoint_id))
 
     # -- on the loop ------------------------------------------------------------------------
 
@@ -261,7 +262,10 @@ class ManagedEnumeratorTask:
         self._assign()
 
     def _assign(self) -> None:
-        readers = sorted(self.targets)
+        readers = sorted(self.ready)
+        if len(readers) < len(self.expected):
+            if time.monotonic() < self.started + REGISTRATION_GRACE:
+                return  # the rest are starting: splits go round all of them
         while self.pending and readers:
             split_id = self.pending[0]
             turns = [readers[(self.turn + n) % len(readers)] for n in range(len(readers))]
@@ -269,9 +273,10 @@ class ManagedEnumeratorTask:
             if index is None:
                 break  # every reader's window is full: admissions open it again
             payload = json.dumps({"splits": [self.splits[split_id]]}).encode()
+            target, sequence = self.targets[index], self.sequences[index] + 1
             try:
                 command_id = self.tracker.dispatch(
-                    split_id, len(payload), index, self.targets[index].attempt, self.epoch
+                    split_id, len(payload), index, target.attempt, self.epoch, sequence
                 )
             except TrackerFull:
                 self.backpressure += 1  # a completed checkpoint makes room
@@ -285,15 +290,16 @@ class ManagedEnumeratorTask:
     def _maybe_no_more(self) -> None:
         """A BATCH input ends once discovery is complete and every assignment was admitted:
         no-more-splits then follows every assignment in each reader's FIFO mailbox."""
-        if not self.batch or set(self.targets) <= self.no_more:
+        if not self.batch or self.ready <= self.no_more:
             return
-        if not self.discovery.complete or self.pending:
+        if self.discovery is None or not self.discovery.complete or self.pending:
             return
         if not self.tracker.all_admitted():
             return
-        for index in sorted(set(self.targets) - self.no_more):
+        for index in sorted(self.ready - self.no_more):
             self.no_more.add(index)
-            command_id = f"{CommandKind.NO_MORE_SPLITS.value}:{self.epoch}:{index}"
+            attempt = self.targets[index].attempt
+            command_id = f"{CommandKind.NO_MORE_SPLITS.value}:{self.epoch}:{index}:{attempt}"
             self._send(index, CommandKind.NO_MORE_SPLITS, b"", command_id, None)
 
     def _send(
@@ -318,7 +324,7 @@ class ManagedEnumeratorTask:
             kind=command.kind,
             payload=command.payload,
         )
-        command.due = time.monotonic() + RESEND_AFTER
+        command.due = time.monotonic() + (command.silence or RESEND_AFTER)
         self.outbox.put(
             TASK_SOURCE_COMMAND,
             [
@@ -326,25 +332,34 @@ class ManagedEnumeratorTask:
                 target.attempt,
                 target.member_uuid,
                 envelope.to_wire(),
-                self.reply,
+                [*self.reply, time.time()],  # echoed with the admission's time
             ],
             member_queue(target.member_name),
         )
 
     def _on_ack(self, answer: dict) -> None:
+        if self._on_reader_message(answer):
+            return
         command = self.outstanding.get(answer["commandId"])
         ack = answer["ack"]
         status = AdmissionStatus(ack["status"])
         self.acks[status.value] += 1
         if command is None:
             return  # a late answer to a command admitted already
+        command.silence = 0.0  # its reader answers: silence backs off afresh
         if status in (AdmissionStatus.ACCEPTED, AdmissionStatus.DUPLICATE):
             del self.outstanding[answer["commandId"]]
+            if status == AdmissionStatus.ACCEPTED and "sentAt" in answer:
+                self.admission_latency.record(max(answer["admittedAt"] - answer["sentAt"], 0.0))
+            if command.kind == CommandKind.REGISTER:
+                self.ready.add(command.reader)  # assignments follow it in the mailbox
             if command.split_id is not None:
                 self.in_flight[command.reader] -= 1
-                self.tracker.admitted(command.split_id, self.targets[command.reader].attempt)
+                target = self.targets[command.reader]
+                self.tracker.admitted(command.split_id, target.index, target.attempt)
                 if not self.checkpointing:
                     self.tracker.forget(command.split_id)  # no checkpoint will prove it
+                    self.splits.pop(command.split_id, None)
             self._assign()
         elif status == AdmissionStatus.RETRY_LATER:
             after = (ack.get("retryAfterMillis") or 0) / 1000
@@ -359,8 +374,11 @@ class ManagedEnumeratorTask:
                 f"{status.value} {ack.get('reasonCode')}"
             )
         else:
-            # A reader attempt that is gone (its pipeline is being restored, this enumerator
-            # with it) or a refusal: kept, and sent again at the slow pace until then.
+            # A reader attempt that is gone (restored: its new attempt registers, or its
+            # pipeline with this enumerator) or a refusal: kept, and sent again at the slow
+            # pace until then.
+            if status == AdmissionStatus.STALE_TARGET:
+                self._on_stale_target()  # which attempt is the reader's now?
             log.warning(
                 "job %s reader %s refused a %s command: %s %s",
                 self.group.job_id,
@@ -374,16 +392,20 @@ class ManagedEnumeratorTask:
         now = time.monotonic()
         for command_id, command in list(self.outstanding.items()):
             if command.due <= now:
+                silence = command.silence
+                command.silence = min(silence * 2, RESEND_CAP) if silence else RESEND_AFTER
                 self._publish(command_id, command)
         self._maybe_no_more()  # a discovery that completed with nothing new
+        if self.pending and len(self.ready) < len(self.expected):
+            self._assign()  # the registration grace may have ended
         self.loop.schedule_in_coordinator_thread("resend", RESEND_TICK, self._resend_tick)
 
     def _completions(self) -> None:
-        readers = tuple((t.index, t.task_group_id) for t in self.targets.values())
+        readers = tuple((t.index, t.task_group_id) for t in self.expected.values())
         group_id, attempt, after = self.group.id, self.thread.attempt, self.completed_upto
         self.loop.call_async(
             "completions",
-            lambda: completed_cut(group_id, attempt, after, readers),
+            lambda: completed_proofs(group_id, attempt, after, readers),
             self._on_completed,
         )
         self.loop.schedule_in_coordinator_thread(
@@ -393,12 +415,9 @@ class ManagedEnumeratorTask:
     def _on_completed(self, found, error: BaseException | None) -> None:
         if error is not None or found is None or found[0] <= self.completed_upto:
             return  # a failed look-up is asked again at the next tick
-        checkpoint_id, held = found
-        for index, ids in held.items():
-            target = self.targets.get(index)
-            if target is not None:
-                self.tracker.included(index, target.attempt, checkpoint_id, ids)
-        for split_id in self.tracker.completed(checkpoint_id):
+        checkpoint_id, metadata = found
+        proofs = {index: Proof.of(m) for index, m in metadata.items()}
+        for split_id in self.tracker.completed(checkpoint_id, proofs):
             self.splits.pop(split_id, None)
         self.completed_upto = checkpoint_id
         self._assign()  # room for assignments the tracker's bounds held back
@@ -408,6 +427,7 @@ class ManagedEnumeratorTask:
         state = {
             "kind": "enumerator",
             "managed": {
+                "enumeratorStateVersion": ENUMERATOR_STATE_VERSION,
                 "tracker": self.tracker.to_json(),
                 "pending": list(self.pending),
                 "splits": {s: self.splits[s] for s in tracked if s in self.splits},
@@ -441,9 +461,13 @@ class ManagedEnumeratorTask:
                 "pendingSplits": len(self.pending),
                 "trackerBytes": self.tracker.bytes,
                 "backpressure": self.backpressure,
+                "registered": len(self.ready),
                 "asyncInFlight": loop.in_flight,
                 **{key: loop.metrics.get(key, 0) for key in COORDINATOR_COUNTERS},
-            }
+            },
+            "assignmentsReached": dict(self.tracker.reached),
+            "publishToAdmissionMs": self.admission_latency.to_json(),
+            "discovery": self.discovery.metrics(),
         }
         self.thread.db(
             "reporting metrics",

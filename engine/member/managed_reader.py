@@ -11,13 +11,16 @@ Lane B (engine.member.commits): the completed checkpoint's row is the record.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 
+from django.db import connections
+
 from engine.connectors import get_plugin
 from engine.connectors.arrowrows import arrow_schema
-from engine.connectors.batches import from_rows
-from engine.connectors.managed import reader_for
+from engine.connectors.batches import limits as batch_limits
+from engine.connectors.managed import RUNTIMES, reader_for
 from engine.connectors.schema import Schema
 from engine.jobs import checkpoints, lifecycle
 from engine.member import savemodes
@@ -29,8 +32,12 @@ from engine.member.dataplane import (
     compile_chain,
     guarded,
     settle,
+    sized_parts,
 )
-from engine.member.mailbox import Barrier, Message
+from engine.member.enumerator_link import EnumeratorLink, enumerator_of
+from engine.member.mailbox import Abort, Barrier, Message
+from engine.member.step_batches import step_batches
+from engine.member.tasklogs import attributed
 from engine.models import TaskGroup
 from engine.sourceruntime import SourceRuntime, check_restore
 from engine.sourceruntime.capability import LaneMismatch, check_snapshot_versions
@@ -40,6 +47,10 @@ from engine.sourceruntime.lifecycle import Life
 from engine.sourceruntime.limits import MailboxLimits, PollLimits
 from engine.sourceruntime.mailbox import ReaderMailbox, WorkerBudget
 from engine.sourceruntime.reader import ReaderEventLoop, Snapshot
+from engine.sourceruntime.watchdog import PollStuck, watchdog
+from engine.states import ExecutionStatus
+
+log = logging.getLogger("keel.sourceruntime")
 
 #: The longest the thread waits for a wakeup before it looks at commits and metrics again.
 IDLE_WAIT = 0.05
@@ -69,10 +80,17 @@ class ManagedReaderTask:
         self.wake = threading.Event()
         self.mailbox: ReaderMailbox | None = None
         self._lock = threading.Lock()
+        #: Its messages to the enumerator (registration, acknowledgements, snapshot reports).
+        self.link: EnumeratorLink | None = None
+        self._completed = 0  # the newest completed checkpoint its event loop was told of
         self._offered = {BARRIER_SENDER: 0, CALLBACK_SENDER: 0}  # newest checkpoint admitted
         self._sequence = {BARRIER_SENDER: 0, CALLBACK_SENDER: 0}
-        #: The rows of the step just run (the loop hands each step's list over, never reused).
-        self._batches: list[list[tuple]] = []
+        #: The records of the step just run, as the loop hands them over: record batches and
+        #: lists of rows (``PollContext.settle``), delivered by ``flush`` before the next step.
+        self._parts: list = []
+        #: Failed by the poll watchdog (its call did not return in time): this thread, if its
+        #: call ever returns, hands nothing more to the sinks.
+        self.abandoned = False
 
     # -- operation threads ----------------------------------------------------------------
 
@@ -88,14 +106,16 @@ class ManagedReaderTask:
         return mailbox.admit(envelope)
 
     def offer(self, message: Message) -> bool:
-        """A master's barrier or completion, as an ordered control in the mailbox (checkpoint
-        ids only grow: an older or repeated one is acknowledged and dropped)."""
+        """A master's barrier, completion or abort, as an ordered control in the mailbox
+        (checkpoint ids only grow: an older or repeated one is acknowledged and dropped)."""
         mailbox = self.mailbox
         if mailbox is None:
             return False  # a barrier is sent again until acked
         barrier = isinstance(message, Barrier)
         sender = BARRIER_SENDER if barrier else CALLBACK_SENDER
         kind = CommandKind.CHECKPOINT if barrier else CommandKind.CHECKPOINT_COMPLETE
+        if isinstance(message, Abort):
+            kind = CommandKind.CHECKPOINT_ABORT
         with self._lock:
             if message.checkpoint_id <= self._offered[sender]:
                 return True
@@ -131,6 +151,7 @@ class ManagedReaderTask:
         source_node = plan["source"]
         recorded = SourceRuntime.from_json(plan.get("sourceRuntime"))
         latest = thread.db("finding its checkpoint", checkpoints.latest_completed, pipeline.id)
+        address = thread.db("finding its enumerator", enumerator_of, pipeline.id)
         own = {}
         if latest is not None:  # its snapshot there (a reader that had FINISHED: its final one)
             states = thread.db(
@@ -138,11 +159,13 @@ class ManagedReaderTask:
             )
             own = (states.get(group.id) or {}).get("managed") or {}
         try:
-            check_restore(recorded, get_plugin("source", source_node["plugin"]))
+            plugin = get_plugin("source", source_node["plugin"])
+            check_restore(recorded, plugin)
             if own:  # a snapshot of a runtime that reads what this one cannot: refused here
                 if not isinstance(own.get("metadata"), dict):
                     raise LaneMismatch("the checkpoint's reader snapshot has no runtime metadata")
-                check_snapshot_versions(own["metadata"], PROTOCOL_VERSION)
+                state_version = RUNTIMES[plugin.name][0].STATE_VERSION
+                check_snapshot_versions(own["metadata"], PROTOCOL_VERSION, state_version)
             if own and own["metadata"]["capabilityDigest"] != recorded.capability_digest:
                 raise LaneMismatch(
                     f"the checkpoint's capability {own['metadata']['capabilityDigest']} is not "
@@ -169,20 +192,19 @@ class ManagedReaderTask:
         source_key = source_node["key"]
         schema = Schema.from_json(source_node["schema"])
         arrow = arrow_schema(schema)
+        max_rows, max_bytes = batch_limits()
 
         def flush() -> None:
-            """The rows of the step just run, through the chain (as one Arrow batch each)
-            before anything else."""
-            if not self._batches:
+            """The records of the step just run, through the chain before anything else: as
+            one batch (``step_batches``), within the data plane's bounds as Lane B's are."""
+            if not self._parts:
                 return
-            # The step's turns as one batch: a turn holds a few dozen rows, and a batch costs
-            # per batch as well as per row.
-            rows = [row for turn in self._batches for row in turn]
-            self._batches.clear()
-            batch = from_rows(rows, schema, arrow)
-            size = batch.nbytes
-            written, written_bytes = chain.deliver(source_key, batch, size)
-            counters.add(len(rows), written, size, written_bytes)
+            batches = step_batches(self._parts, schema, arrow)
+            self._parts.clear()
+            for batch in batches:
+                for part, size in sized_parts(batch, max_rows, max_bytes):
+                    written, written_bytes = chain.deliver(source_key, part, size)
+                    counters.add(part.num_rows, written, size, written_bytes)
 
         def on_snapshot(snapshot: Snapshot) -> None:
             flush()
@@ -194,28 +216,38 @@ class ManagedReaderTask:
                 "managed": {"state": snapshot.state, "metadata": snapshot.metadata},
                 "sinks": sinks,
             }
-            if (
-                commits.acknowledge(snapshot.checkpoint, state)
-                and loop.close_latched
-                and commits.final is None
-            ):
+            acked = commits.acknowledge(snapshot.checkpoint, state)
+            if acked:
+                self.link.snapshot(snapshot.checkpoint, snapshot.metadata)
+            if acked and loop.close_latched and commits.final is None:
                 commits.final = snapshot.checkpoint  # its snapshot holds the end of the input
 
         def on_callback(kind: CommandKind, checkpoint: int) -> None:
             if kind == CommandKind.CHECKPOINT_COMPLETE:
                 commits.apply(chain, now=True)
 
+        def on_applied(kind: CommandKind, payload: dict) -> None:
+            if kind == CommandKind.REGISTER:
+                self.link.confirm(payload)
+            else:
+                self.link.applied(payload)  # acknowledged after this step
+
         loop = ReaderEventLoop(
             mailbox,
             reader,
             PollLimits.from_settings(),
-            self._batches.append,
+            self._parts.append,
             on_snapshot,
             recorded.capability_digest or "",
             lineage=(own.get("metadata") or {}).get("readerAttemptLineage"),
             may_close=lambda: commits.input_done(chain),
             on_callback=on_callback,
+            on_applied=on_applied,
+            checkpointing=commits.checkpointing,
         )
+        self.link = EnumeratorLink(thread.runtime.outbox, group.index, thread.attempt, address)
+        self.counters, self.source_path = counters, source_node["path"]
+        watchdog().watch(loop.watch, self._abandon)  # wakes its poll calls past their budget
         completed = False
         try:
             if own:
@@ -224,6 +256,8 @@ class ManagedReaderTask:
             else:
                 loop.start()
             self.mailbox = mailbox  # from now on commands are admitted
+            member = thread.runtime.member
+            self.link.register(group.id, str(member.uuid), member.name, loop.metadata())
             thread.mailbox.drain(self.offer)  # barriers that came before it was ready
             self._drive(loop, reader, flush, counters, commits, chain, source_node["path"])
             if loop.life.state == Life.CLOSED and not mailbox.terminal and not thread.stop.is_set():
@@ -233,10 +267,45 @@ class ManagedReaderTask:
             elif thread.stop.is_set():
                 commits.on_stopped(chain)
         finally:
+            watchdog().forget(loop.watch)
             settle(chain, counters, started, cpu_started, completed)
         if mailbox.terminal.kind == CommandKind.FATAL:
             raise PluginFailure(source_node["path"], RuntimeError(mailbox.terminal.reason))
         return counters
+
+    def _abandon(self, error: str) -> None:
+        """The watchdog's verdict on a poll call that did not return after its wakeup (on the
+        watchdog's thread): the task group fails now and its slot is freed, with no wait for
+        the call. This thread is abandoned to it; whatever it does if the call ever returns is
+        fenced by its attempt (reports of an ended attempt change nothing), and the fatal
+        terminal signal set here ends its loop before another step. The watchdog forgets the
+        watch; what its mailbox holds is dropped, so its bytes go back to the worker's budget
+        (the terminal signal refuses every later admission)."""
+        thread = self.thread
+        self.abandoned = True
+        with attributed(thread.task_group_id, thread.attempt):
+            log.error("task group %s attempt %s: %s", thread.task_group_id, thread.attempt, error)
+        mailbox = self.mailbox
+        if mailbox is not None:
+            mailbox.signal_terminal(CommandKind.FATAL, "POLL_CANCELLATION_TIMEOUT")
+            while mailbox.take() is not None:  # each releases its capacity
+                pass
+        thread.stop.set()
+        failure = str(PluginFailure(self.source_path, PollStuck(error)))
+        threading.Thread(  # the report may ride out a database outage: not on the watchdog
+            target=self._report_abandoned,
+            args=(failure,),
+            name=f"abandoned-{thread.task_group_id}-{thread.attempt}",
+            daemon=True,
+        ).start()
+
+    def _report_abandoned(self, failure: str) -> None:
+        thread = self.thread
+        try:
+            thread.finish(ExecutionStatus.FAILED, failure, self.counters)
+        finally:
+            thread.runtime.forget(thread)  # a redeployment here starts a thread of its own
+            connections.close_all()
 
     def _drive(self, loop, reader, flush, counters, commits, chain, path: str) -> None:
         thread = self.thread
@@ -249,6 +318,8 @@ class ManagedReaderTask:
                 raise
             except Exception as exc:  # a connector callback failed: the task group fails
                 raise PluginFailure(path, exc) from exc
+            if self.abandoned:
+                return  # failed by the watchdog meanwhile: nothing more reaches its sinks
             flush()
             if loop.life.state == Life.CLOSED:
                 counters.roll(chain)
@@ -262,8 +333,17 @@ class ManagedReaderTask:
                     thread.stop.set()  # the master moved on: stop at once
                     return
             commits.apply(chain)
+            self._after_step(loop, commits)
             if not worked:
                 self.wake.wait(loop.idle_for(IDLE_WAIT))
+
+    def _after_step(self, loop: ReaderEventLoop, commits) -> None:
+        """Its messages to the enumerator go out, and a completion its commits found (a
+        completion control may be lost) is the event loop's too."""
+        self.link.tick()
+        if commits.committed > self._completed:
+            self._completed = commits.committed
+            loop.checkpoint_completed(commits.committed)
 
     def _report(self, counters: Counters, loop: ReaderEventLoop, reader) -> bool:
         metrics = loop.metrics
@@ -276,8 +356,15 @@ class ManagedReaderTask:
                 "applied": metrics.applied,
                 "staleCallbacks": metrics.stale_callbacks,
             },
+            "controlLatencyMs": metrics.control_latency.to_json(),
+            "admissionLatency": self.mailbox.latency.to_json(),
             "lifecycle": loop.life.state.value,
         }
+        if callable(getattr(reader, "metrics", None)):  # the connector's own counts
+            extra["reader"] = reader.metrics()
+        warning = self.mailbox.latency.warning(time.monotonic())
+        if warning is not None:  # at most once a minute
+            log.warning("task group %s: %s", self.group.id, warning)
         held = {"APPLIED": len(getattr(reader, "splits", {}))}
         return self.thread.db(
             "reporting metrics",

@@ -17,7 +17,12 @@ from engine.sourceruntime.choices import Lane
 
 #: The managed lane's own version, recorded in the runtime metadata.
 MANAGED_LANE_VERSION = 1
-RUNTIME_METADATA_VERSION = 1
+#: 2: the metadata records the connector state's version (``connectorStateVersion``) and the
+#: reader's recent assignments (``recentAssignments``).
+RUNTIME_METADATA_VERSION = 2
+#: The enumerator's checkpointed state (its tracker, pending splits, discovery), recorded as
+#: ``enumeratorStateVersion`` in it.
+ENUMERATOR_STATE_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -94,19 +99,51 @@ def check_restore(recorded: SourceRuntime, plugin: type) -> SourceRuntime:
     return recorded
 
 
-def check_snapshot_versions(metadata: dict, protocol_version: int) -> None:
+def check_snapshot_versions(
+    metadata: dict, protocol_version: int, connector_state_version: int | None = None
+) -> None:
     """A reader's snapshot is restored only by a runtime that reads every version it records:
-    its runtime metadata's, the command protocol's and the managed lane's. A newer (or
-    missing) one is refused before anything executes (LaneMismatch, naming the key), never
-    read as if it were ours."""
+    its runtime metadata's, the command protocol's, the managed lane's and (when the restoring
+    reader's is given) its connector state's. A newer (or missing) one is refused before
+    anything executes (LaneMismatch, naming the key), never read as if it were ours.
+
+    Metadata of version 1 predates ``connectorStateVersion``: every managed reader's state was
+    then at its version 1, so that is what a version 1 snapshot holds; from version 2 on the key
+    is required."""
     for key, ours in (
         ("metadataVersion", RUNTIME_METADATA_VERSION),
         ("commandProtocolVersion", protocol_version),
         ("managedLaneVersion", MANAGED_LANE_VERSION),
     ):
-        theirs = metadata.get(key)
-        if not isinstance(theirs, int) or isinstance(theirs, bool) or not 1 <= theirs <= ours:
-            raise LaneMismatch(
-                f"the checkpoint's source runtime metadata has {key} {theirs!r}; this engine "
-                f"reads 1 to {ours}: restore with a compatible version"
-            )
+        check_version(key, metadata.get(key), ours, "the checkpoint's source runtime metadata")
+    if connector_state_version is not None:
+        theirs = metadata.get("connectorStateVersion")
+        if theirs is None and metadata.get("metadataVersion") == 1:
+            theirs = 1
+        check_version(
+            "connectorStateVersion",
+            theirs,
+            connector_state_version,
+            "the checkpoint's source runtime metadata",
+        )
+
+
+def check_enumerator_state(state: dict) -> None:
+    """An enumerator's checkpointed state is restored only if this engine reads its version
+    (``enumeratorStateVersion``; state of this release written before the key existed holds a
+    tracker no proof can read, so a missing one is refused too)."""
+    check_version(
+        "enumeratorStateVersion",
+        state.get("enumeratorStateVersion"),
+        ENUMERATOR_STATE_VERSION,
+        "the checkpoint's enumerator state",
+    )
+
+
+def check_version(key: str, theirs, ours: int, where: str) -> None:
+    """LaneMismatch unless ``theirs`` is a version from 1 to ``ours``."""
+    if not isinstance(theirs, int) or isinstance(theirs, bool) or not 1 <= theirs <= ours:
+        raise LaneMismatch(
+            f"{where} has {key} {theirs!r}; this engine reads 1 to {ours}: restore with a "
+            "compatible version"
+        )

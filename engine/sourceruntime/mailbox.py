@@ -18,6 +18,7 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.sourceruntime.admission import AdmissionLatency
 from engine.sourceruntime.choices import (
     COMMANDS,
     RESERVED_KINDS,
@@ -76,6 +77,15 @@ class SenderWatermark:
     def covers(self, sequence: int) -> bool:
         return sequence <= self.upto or sequence in self.above
 
+    def skip_to(self, sequence: int) -> None:
+        """Every sequence below ``sequence`` is settled: its sender started this attempt's
+        sequences there (after reconciling it), so the gaps below will never be filled."""
+        self.upto = max(self.upto, sequence - 1)
+        self.above = {s for s in self.above if s > self.upto}
+        while self.upto + 1 in self.above:  # what now follows the watermark joins it
+            self.upto += 1
+            self.above.remove(self.upto)
+
 
 class TerminalSignal:
     """Cancel or fatal failure: set once, atomically, outside the queue's capacity."""
@@ -124,14 +134,24 @@ class ReaderMailbox:
         self.reserved_commands = 0
         self.reserved_bytes = 0
         self.admissions: Counter[str] = Counter()
+        #: How long ``admit`` takes, against ``admission.p99-budget``.
+        self.latency = AdmissionLatency(limits.p99_budget)
+        #: Told when the terminal signal is raised (the reader event loop wakes a poll call in
+        #: progress), on the thread that raised it.
+        self.on_terminal: Callable[[], None] = lambda: None
 
     # -- admission (operation threads) -----------------------------------------------------
 
     def admit(self, envelope: SourceCommandEnvelope) -> AdmissionAck:
+        started = self.clock()
         ack = self._admit(envelope)
         self.admissions[ack.status.value] += 1
         if ack.status == AdmissionStatus.ACCEPTED:
             self.wakeup()
+        elif ack.reasonCode == "RESERVED_CAPACITY_EXHAUSTED":
+            self.on_terminal()  # the fatal failure raised under the lock: a poll call ends
+            self.wakeup()
+        self.latency.record(self.clock() - started)
         return ack
 
     def _admit(self, env: SourceCommandEnvelope) -> AdmissionAck:
@@ -164,6 +184,17 @@ class ReaderMailbox:
             watermark = self.watermarks_by_sender.get(env.senderAttemptId)
             if watermark is not None and watermark.covers(env.senderSequence):
                 return answer(AdmissionStatus.DUPLICATE, reasonCode="APPLIED")
+            if (  # the gaps are bounded: past max-commands of them, only one that fills
+                watermark is not None
+                and len(watermark.above) >= self.limits.max_commands
+                and env.senderSequence != watermark.upto + 1
+                and kind != CommandKind.REGISTER
+            ):
+                return answer(
+                    AdmissionStatus.RETRY_LATER,
+                    retryAfterMillis=max(1, round(self.limits.retry_after * 1000)),
+                    reasonCode="SEQUENCE_GAPS",
+                )
             reserved = self._reserve(kind, env.payloadBytes)
             if reserved is None:
                 if kind in RESERVED_KINDS:  # an invariant violation: the task fails
@@ -223,6 +254,7 @@ class ReaderMailbox:
         """Cancel or fatal failure: preempts everything queued; the reader's ``wakeup()``
         is called so a poll in progress returns."""
         first = self.terminal.set(kind, reason)
+        self.on_terminal()
         self.wakeup()
         return first
 
@@ -261,11 +293,17 @@ class ReaderMailbox:
         they take no part in the checkpointed watermarks."""
         with self._lock:
             self._pending.pop(envelope.commandId, None)
-            if envelope.senderAttemptId < 1:
+            sender = envelope.senderAttemptId
+            if sender < 1:
                 return
-            self.watermarks_by_sender.setdefault(envelope.senderAttemptId, SenderWatermark()).add(
-                envelope.senderSequence
-            )
+            watermark = self.watermarks_by_sender.setdefault(sender, SenderWatermark())
+            if envelope.kind == CommandKind.REGISTER:  # its sender's first to this attempt
+                watermark.skip_to(envelope.senderSequence)
+            watermark.add(envelope.senderSequence)
+            # An older coordinator epoch is fenced (STALE_EPOCH) and its assignments were
+            # reconciled before this one sent anything: its watermark proves nothing any more.
+            for older in [s for s in self.watermarks_by_sender if s < sender]:
+                del self.watermarks_by_sender[older]
 
     def _release(self, queued: Queued) -> None:
         size = queued.envelope.payloadBytes
