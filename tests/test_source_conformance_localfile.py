@@ -7,24 +7,14 @@ import threading
 
 import pytest
 
-from engine.connectors.localfile import LocalFileSource
 from engine.connectors.localfile_managed import CAPABILITY, FileDiscovery, ManagedLocalFileReader
-from engine.jobs.planner import plan_job
 from engine.sourceruntime.coordinator import CoordinatorEventLoop, SharedWorkerPool
 from engine.states import JobMode
+from tests.localfilekit import source_in
 from tests.source_conformance import *  # noqa: F403 - the suite's tests run for this connector
 from tests.source_conformance import Subject
 
 ROWS = 30
-
-
-def source_in(directory) -> LocalFileSource:
-    plan = plan_job(
-        f'source {{ LocalFile {{ path = "{directory}", schema {{ fields {{ id = int }} }} }} }}\n'
-        "sink { Blackhole {} }"
-    )
-    node = plan.pipelines[0].source
-    return LocalFileSource(node.config, node.path)
 
 
 def write(directory, name: str, start: int) -> None:
@@ -35,7 +25,7 @@ def write(directory, name: str, start: int) -> None:
 def managed(tmp_path):
     for n, name in enumerate(("a.csv", "b.csv", "c.csv")):
         write(tmp_path, name, n * ROWS)
-    source = source_in(tmp_path)
+    source = source_in(tmp_path, fields="id = int")
     return Subject(
         make=lambda: ManagedLocalFileReader(source, JobMode.BATCH),
         splits=source.create_splits("BATCH"),
@@ -52,7 +42,10 @@ def test_discovery_scans_on_the_pool_and_hands_on_each_new_file_once(tmp_path):
     loop = CoordinatorEventLoop(pool, clock=lambda: clock[0], wakeup=woken.set)
     found: list[list[str]] = []
     discovery = FileDiscovery(
-        source_in(tmp_path), loop, 1.0, lambda s: found.append([x["relativePath"] for x in s])
+        source_in(tmp_path, fields="id = int"),
+        loop,
+        1.0,
+        lambda s: found.append([x["relativePath"] for x in s]),
     )
 
     def settle():
@@ -77,7 +70,7 @@ def test_discovery_scans_on_the_pool_and_hands_on_each_new_file_once(tmp_path):
     clock[0] += 1.0
     settle()
     assert len(found) == 2  # nothing new: nothing handed on
-    restored = FileDiscovery(source_in(tmp_path), loop, 1.0, found.append)
+    restored = FileDiscovery(source_in(tmp_path, fields="id = int"), loop, 1.0, found.append)
     restored.restore(discovery.snapshot())
     assert [item[0] for item in restored.snapshot()["items"]] == ["a.csv", "b.csv"]
     pool.executor.shutdown()
@@ -85,7 +78,7 @@ def test_discovery_scans_on_the_pool_and_hands_on_each_new_file_once(tmp_path):
 
 def test_a_streaming_reader_reads_files_added_after_it_started(tmp_path):
     write(tmp_path, "a.csv", 0)
-    source = source_in(tmp_path)
+    source = source_in(tmp_path, fields="id = int")
     reader = ManagedLocalFileReader(source, JobMode.STREAMING)
     reader.add_splits(source.create_splits("STREAMING"))
     rows = read_all(reader)  # noqa: F405 - from the suite

@@ -82,10 +82,11 @@ def test_a_batch_fakesource_job_runs_in_lane_a_exactly_once(lane_a, tmp_path):
     # SeaTunnel's splits: 3 of 2,500 rows for each of the 2 readers, each row once
     assert sorted(ids) == list(range(15000))
     enumerator = group(detail, "ENUMERATOR")["sourceRuntime"]
-    # 6 splits, 2 no-more-splits, 2 registration confirmations, each admitted (its answer
-    # DUPLICATE when the one to its first delivery came after the resend's, on a loaded machine)
+    # 6 splits and 2 no-more-splits, each admitted (its answer DUPLICATE when the one to its
+    # first delivery came after the resend's, on a loaded machine); the registration
+    # confirmations' answers may come after the enumerator's last report
     answers = enumerator["admissions"]
-    assert answers.get("ACCEPTED", 0) + answers.get("DUPLICATE", 0) >= 6 + 2 + 2, pipeline
+    assert answers.get("ACCEPTED", 0) + answers.get("DUPLICATE", 0) >= 6 + 2, pipeline
     assert set(enumerator["mailbox"]) == {"commands", "bytes", "reservedInUse", "oldestAgeMs"}
     held = enumerator["assignments"]  # every split admitted, each proven or not yet
     assert held["UNASSIGNED"] == held["DISPATCHED"] == 0 and sum(held.values()) <= 6
@@ -135,13 +136,11 @@ def test_the_tracker_holds_each_new_split_until_a_checkpoint_proves_it(lane_a, t
     inbox.directory.mkdir()
     job_id = submit(
         lane_a,
-        textwrap.dedent(f"""
-        env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 600000 }}
-        source {{ LocalFile {{ path = "{inbox.directory}", file_format_type = csv,
-                              file.discovery.interval = 200,
-                              schema {{ fields {{ id = bigint, name = string }} }} }} }}
-        sink {{ Blackhole {{ }} }}
-        """),
+        localfile_job(
+            inbox.directory,
+            "job.mode = STREAMING, parallelism = 2, checkpoint.interval = 600000",
+            "Blackhole { }",
+        ),
     )
 
     def counts() -> dict | None:
@@ -178,13 +177,12 @@ def test_assignments_are_proven_by_metadata_and_reader_state_stays_bounded(lane_
         inbox.drop(rows=5)
     job_id = submit(
         lane_a,
-        textwrap.dedent(f"""
-        env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 300 }}
-        source {{ LocalFile {{ path = "{inbox.directory}", file_format_type = csv,
-                              file.discovery.interval = 100,
-                              schema {{ fields {{ id = bigint, name = string }} }} }} }}
-        sink {{ Blackhole {{ }} }}
-        """),
+        localfile_job(
+            inbox.directory,
+            "job.mode = STREAMING, parallelism = 2, checkpoint.interval = 300",
+            "Blackhole { }",
+            discovery=100,
+        ),
     )
 
     def runtimes() -> tuple[dict, list[dict]]:
@@ -250,6 +248,49 @@ class Inbox:
         return first
 
 
+def localfile_job(directory: Path, env: str, sink: str, discovery: int | None = 200) -> str:
+    """A job's config reading the csv files of (id, name) in ``directory``: ``env`` and ``sink``
+    are its env block's settings and its sink; ``discovery`` its discovery interval (ms)."""
+    every = "" if discovery is None else f"file.discovery.interval = {discovery},"
+    return textwrap.dedent(f"""
+        env {{ {env} }}
+        source {{ LocalFile {{ path = "{directory}", file_format_type = csv, {every}
+                              schema {{ fields {{ id = bigint, name = string }} }} }} }}
+        sink {{ {sink} }}
+        """)
+
+
+def jdbc_sink(url: str) -> str:
+    """The Jdbc sink writing into ``empty_table``'s table at ``url``."""
+    return f'Jdbc {{ url = "{url}", user = root, password = t, table = lane_a }}'
+
+
+def start_streaming_into_table(cluster: Cluster, data_db: str, inbox: Inbox, retries: int) -> int:
+    """A STREAMING Lane A job reading ``inbox`` into a new ``lane_a`` table (checkpoints every
+    300 ms, restored at once up to ``retries`` times), once its first 3 files are committed."""
+    url = empty_table(data_db)
+    for _ in range(3):
+        inbox.drop()
+    job_id = submit(
+        cluster,
+        localfile_job(
+            inbox.directory,
+            "job.mode = STREAMING, parallelism = 2, checkpoint.interval = 300,"
+            f" job.retry.interval.seconds = 0, job.retry.times = {retries}",
+            jdbc_sink(url),
+        ),
+    )
+    detail = wait_status(cluster, job_id, {"RUNNING"}, timeout=30)
+    assert detail["pipelines"][0]["sourceRuntime"]["lane"] == "A"
+    wait_for(
+        lambda: committed(data_db) == (inbox.rows, inbox.rows),
+        30,
+        interval=0.2,
+        what="the first files committed",
+    )
+    return job_id
+
+
 def empty_table(data_db: str) -> str:
     """The sink's table, new and empty, with no key (duplicates show); its Jdbc URL."""
     with psycopg.connect(data_db, autocommit=True) as conn:
@@ -269,27 +310,10 @@ def test_a_streaming_localfile_job_survives_reader_and_enumerator_kills(lane_a, 
     lane_a.restore()
     inbox = Inbox(tmp_path / "inbox")
     inbox.directory.mkdir()
-    url = empty_table(data_db)
-    for _ in range(3):
-        inbox.drop()
-    job_id = submit(
-        lane_a,
-        textwrap.dedent(f"""
-        env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 300,
-              job.retry.interval.seconds = 0, job.retry.times = 5 }}
-        source {{ LocalFile {{ path = "{inbox.directory}", file_format_type = csv,
-                              file.discovery.interval = 200,
-                              schema {{ fields {{ id = bigint, name = string }} }} }} }}
-        sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = lane_a }} }}
-        """),
-    )
-    detail = wait_status(lane_a, job_id, {"RUNNING"}, timeout=30)
-    assert detail["pipelines"][0]["sourceRuntime"]["lane"] == "A"
+    job_id = start_streaming_into_table(lane_a, data_db, inbox, retries=5)
 
     def all_read() -> bool:
         return committed(data_db) == (inbox.rows, inbox.rows)
-
-    wait_for(all_read, 30, interval=0.2, what="the first files committed")
 
     for victim_kind, restores in (("READER", 1), ("ENUMERATOR", 2)):
         detail = job(lane_a, job_id)
@@ -347,13 +371,13 @@ def test_a_batch_job_restored_after_one_reader_finished_reads_nothing_twice(
     url = empty_table(data_db)
     job_id = submit(
         lane_a,
-        textwrap.dedent(f"""
-        env {{ job.mode = BATCH, parallelism = 2, checkpoint.interval = 300,
-              job.retry.interval.seconds = 0, job.retry.times = 3 }}
-        source {{ LocalFile {{ path = "{inbox.directory}", file_format_type = csv,
-                              schema {{ fields {{ id = bigint, name = string }} }} }} }}
-        sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = lane_a }} }}
-        """),
+        localfile_job(
+            inbox.directory,
+            "job.mode = BATCH, parallelism = 2, checkpoint.interval = 300,"
+            " job.retry.interval.seconds = 0, job.retry.times = 3",
+            jdbc_sink(url),
+            discovery=None,
+        ),
     )
     wait_for(
         lambda: (

@@ -10,21 +10,12 @@ import pyarrow as pa
 from engine.connectors.batches import limits, to_rows
 from engine.connectors.localfile import LocalFileSource
 from engine.connectors.localfile_managed import ManagedLocalFileReader
-from engine.jobs.planner import plan_job
 from engine.member.step_batches import step_batches
 from engine.sourceruntime.limits import PollLimits
 from engine.sourceruntime.reader import rows_of
 from engine.states import JobMode
+from tests.localfilekit import source_in
 from tests.source_conformance import read_all, under_the_loop
-
-
-def source_in(directory, options: str = "") -> LocalFileSource:
-    plan = plan_job(
-        f'source {{ LocalFile {{ path = "{directory}", {options} '
-        "schema { fields { id = int, name = string } } } }\nsink { Blackhole {} }"
-    )
-    node = plan.pipelines[0].source
-    return LocalFileSource(node.config, node.path)
 
 
 def lane_b_rows(source: LocalFileSource) -> list[tuple]:

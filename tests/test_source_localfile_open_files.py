@@ -9,23 +9,13 @@ import os
 from pathlib import Path
 
 from engine.connectors.batches import limits
-from engine.connectors.localfile import LocalFileSource
 from engine.connectors.localfile_managed import MAX_OPEN_FILES, ManagedLocalFileReader
-from engine.jobs.planner import plan_job
 from engine.sourceruntime.choices import PollStatus
 from engine.states import JobMode
+from tests.localfilekit import source_in
 from tests.source_conformance import turn
 
 FILES = MAX_OPEN_FILES + 4
-
-
-def source_in(directory: Path) -> LocalFileSource:
-    plan = plan_job(
-        f'source {{ LocalFile {{ path = "{directory}", '
-        "schema { fields { id = int, name = string } } } }\nsink { Blackhole {} }"
-    )
-    node = plan.pipelines[0].source
-    return LocalFileSource(node.config, node.path)
 
 
 def open_under(directory: Path) -> int:

@@ -10,20 +10,11 @@ from pathlib import Path
 
 from engine.connectors.localfile import LocalFileSource
 from engine.connectors.localfile_managed import Found, ManagedLocalFileReader, split_for
-from engine.jobs.planner import plan_job
 from engine.sourceruntime.limits import PollLimits
 from engine.states import JobMode
 from tests.discoverykit import rename_in, wait_past
+from tests.localfilekit import source_in
 from tests.source_conformance import read_all, turn
-
-
-def source_in(directory: Path) -> LocalFileSource:
-    plan = plan_job(
-        f'source {{ LocalFile {{ path = "{directory}", '
-        "schema { fields { id = int, name = string } } } }\nsink { Blackhole {} }"
-    )
-    node = plan.pipelines[0].source
-    return LocalFileSource(node.config, node.path)
 
 
 def write(path: Path, first: int, rows: int) -> dict:

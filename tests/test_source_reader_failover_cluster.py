@@ -19,7 +19,13 @@ import pytest
 
 from tests.clusterkit import Cluster, wait_for
 from tests.test_jobs_cluster import TERMINAL, data_db, job, post, submit, wait_status
-from tests.test_source_lane_a_cluster import HUGE_FILE, Inbox, committed, empty_table, group
+from tests.test_source_lane_a_cluster import (
+    HUGE_FILE,
+    Inbox,
+    committed,
+    group,
+    start_streaming_into_table,
+)
 
 __all__ = ["data_db"]
 
@@ -52,27 +58,11 @@ def test_a_killed_readers_worker_restores_that_reader_alone(readers, data_db, tm
     readers.restore()
     inbox = Inbox(tmp_path / "inbox")
     inbox.directory.mkdir()
-    url = empty_table(data_db)
-    for _ in range(3):
-        inbox.drop()
-    job_id = submit(
-        readers,
-        textwrap.dedent(f"""
-        env {{ job.mode = STREAMING, parallelism = 2, checkpoint.interval = 300,
-              job.retry.interval.seconds = 0, job.retry.times = 3 }}
-        source {{ LocalFile {{ path = "{inbox.directory}", file_format_type = csv,
-                              file.discovery.interval = 200,
-                              schema {{ fields {{ id = bigint, name = string }} }} }} }}
-        sink {{ Jdbc {{ url = "{url}", user = root, password = t, table = lane_a }} }}
-        """),
-    )
-    detail = wait_status(readers, job_id, {"RUNNING"}, timeout=30)
-    assert detail["pipelines"][0]["sourceRuntime"]["lane"] == "A"
+    job_id = start_streaming_into_table(readers, data_db, inbox, retries=3)
 
     def all_read() -> bool:
         return committed(data_db) == (inbox.rows, inbox.rows)
 
-    wait_for(all_read, 30, interval=0.2, what="the first files committed")
     before = inbox.rows
     for _ in range(2):  # one for each reader (round-robin)
         inbox.drop(HUGE_FILE)

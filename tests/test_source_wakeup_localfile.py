@@ -3,28 +3,18 @@ before it opens another: a wakeup ends the call at the batch boundary."""
 
 from __future__ import annotations
 
-from engine.connectors.localfile import LocalFileSource
 from engine.connectors.localfile_managed import ManagedLocalFileReader
-from engine.jobs.planner import plan_job
 from engine.sourceruntime.choices import PollStatus
 from engine.sourceruntime.limits import PollLimits
 from engine.sourceruntime.reader import PollContext
 from engine.states import JobMode
-
-
-def source_in(directory) -> LocalFileSource:
-    plan = plan_job(
-        f'source {{ LocalFile {{ path = "{directory}", schema {{ fields {{ id = int }} }} }} }}\n'
-        "sink { Blackhole {} }"
-    )
-    node = plan.pipelines[0].source
-    return LocalFileSource(node.config, node.path)
+from tests.localfilekit import source_in
 
 
 def test_a_woken_call_opens_no_further_file(tmp_path):
     (tmp_path / "a.csv").write_text("".join(f"{i}\n" for i in range(10)))
     (tmp_path / "b.csv").write_text("".join(f"{i}\n" for i in range(100, 130)))
-    source = source_in(tmp_path)
+    source = source_in(tmp_path, fields="id = int")
     reader = ManagedLocalFileReader(source, JobMode.BATCH)
     reader.add_splits(source.create_splits(JobMode.BATCH))
     reader.notify_no_more_splits()

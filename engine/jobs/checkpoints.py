@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django.db import IntegrityError, connection
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Q, QuerySet
 from django.db.models.functions import Now
 
 from engine import counters
@@ -476,20 +476,20 @@ def acked_states(checkpoint_id: int, task_group_ids: list[int]) -> dict[int, dic
     return dict(rows)
 
 
+def acked_after(task_group_id: int, attempt: int, after: int) -> QuerySet[TaskCheckpoint]:
+    """This attempt's acks of COMPLETED checkpoints after ``after``, newest first."""
+    return TaskCheckpoint.objects.filter(
+        checkpoint_id__gt=after,
+        checkpoint__state=CheckpointState.COMPLETED,
+        task_group_id=task_group_id,
+        attempt=attempt,
+    ).order_by("-checkpoint_id")
+
+
 def completed_since(task_group_id: int, attempt: int, after: int) -> tuple[int, dict] | None:
     """The newest COMPLETED checkpoint after ``after`` that this attempt acked, and its
     snapshot: what its sinks must commit (committing it commits every earlier one too)."""
-    return (
-        TaskCheckpoint.objects.filter(
-            checkpoint_id__gt=after,
-            checkpoint__state=CheckpointState.COMPLETED,
-            task_group_id=task_group_id,
-            attempt=attempt,
-        )
-        .order_by("-checkpoint_id")
-        .values_list("checkpoint_id", "state")
-        .first()
-    )
+    return acked_after(task_group_id, attempt, after).values_list("checkpoint_id", "state").first()
 
 
 def record_commit(checkpoint_id: int, task_group_id: int, attempt: int) -> None:

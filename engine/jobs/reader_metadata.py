@@ -10,7 +10,7 @@ import json
 
 from django.db import connection
 
-from engine.models import TaskCheckpoint
+from engine.jobs import checkpoints
 from engine.states import CheckpointState
 
 #: The metadata keys a proof needs; a restore also reads ``recentAssignments``.
@@ -51,14 +51,5 @@ def acked_metadata(
 def newest_completed(task_group_id: int, attempt: int, after: int) -> int | None:
     """The newest COMPLETED checkpoint after ``after`` that this attempt acked: its id only
     (``checkpoints.completed_since`` reads its snapshot too)."""
-    return (
-        TaskCheckpoint.objects.filter(
-            checkpoint_id__gt=after,
-            checkpoint__state=CheckpointState.COMPLETED,
-            task_group_id=task_group_id,
-            attempt=attempt,
-        )
-        .order_by("-checkpoint_id")
-        .values_list("checkpoint_id", flat=True)
-        .first()
-    )
+    acks = checkpoints.acked_after(task_group_id, attempt, after)
+    return acks.values_list("checkpoint_id", flat=True).first()
