@@ -63,7 +63,7 @@ CHECKPOINT_MS = 1000
 #: Splits per reader: the enumerator sends a command for each (admission latency samples).
 SPLITS_PER_READER = 4
 #: Deploying 128 task groups on a loaded 2-core machine takes a while.
-START_TIMEOUT = 300
+START_TIMEOUT = 600
 CANCEL_TIMEOUT = 600
 #: A worker whose heartbeat thread waits long for the GIL (128 busy readers on 2 cores) is not
 #: a lost member: what is measured here is the lanes, not failure detection.
@@ -171,17 +171,20 @@ def measure(template: DatabaseTemplate, p: int, seconds: float, rounds: int, sch
     try:
         managed.up()
         legacy.up()
-        for lane, (cluster, _) in lanes.items():
-            run(cluster, lane, p, 3, schema, LaneFigures())  # warm
-        for round_ in range(rounds):
-            for lane in ("A", "B") if round_ % 2 == 0 else ("B", "A"):
-                cluster, figures = lanes[lane]
-                if figures.errors:
-                    continue
-                try:
-                    run(cluster, lane, p, seconds, schema, figures)
-                except AssertionError as exc:
-                    figures.errors.append(str(exc))
+        warm = [(lane, 3.0, LaneFigures()) for lane in lanes]
+        measured = [
+            (lane, seconds, lanes[lane][1])
+            for round_ in range(rounds)
+            for lane in (("A", "B") if round_ % 2 == 0 else ("B", "A"))
+        ]
+        for lane, steady, into in warm + measured:
+            cluster, figures = lanes[lane]
+            if figures.errors:
+                continue
+            try:
+                run(cluster, lane, p, steady, schema, into)
+            except AssertionError as exc:
+                figures.errors.append(str(exc))
     finally:
         managed.down()
         legacy.down()
