@@ -140,7 +140,7 @@ def test_the_gaps_are_bounded_and_a_registration_settles_them():
 def test_a_localfile_readers_state_holds_its_unfinished_files_only(tmp_path):
     for n in range(200):
         write(tmp_path, f"f{n:03d}.csv", n * 30)
-    source = source_in(tmp_path)
+    source = source_in(tmp_path, fields="id = int")
     reader = ManagedLocalFileReader(source, JobMode.STREAMING)
     reader.add_splits(source.create_splits(JobMode.STREAMING))
     assert len(reader.snapshot()["splits"]) == 200
@@ -153,7 +153,7 @@ def test_a_localfile_readers_state_holds_its_unfinished_files_only(tmp_path):
 def test_a_localfile_state_of_version_1_is_read_without_its_finished_files(tmp_path):
     write(tmp_path, "a.csv", 0)
     write(tmp_path, "b.csv", 30)
-    source = source_in(tmp_path)
+    source = source_in(tmp_path, fields="id = int")
     a, b = sorted(source.create_splits(JobMode.BATCH), key=lambda s: s["path"])
     old = {
         "splits": [a, b],
