@@ -35,11 +35,12 @@ __all__ = ["data_db"]
 pytestmark = pytest.mark.cluster
 ROWS_PER_FILE = 50
 #: A file large enough that a kill lands while it is partly read and partly committed.
-BIG_FILE = 80_000
+#: Lane A reads Arrow blocks: 80,000 rows were all read and committed within one checkpoint.
+BIG_FILE = 800_000
 #: A BATCH reader of a file this large is still reading after several checkpoints even when
-#: they come late (a loaded machine delayed the first by 2.5 s, by when BIG_FILE was all read),
+#: they come late (a loaded machine delayed the first by 2.5 s, by when 80,000 rows were read),
 #: now that Lane A reads Arrow blocks (400,000 rows were all read and committed in about 3 s).
-HUGE_FILE = 15 * BIG_FILE
+HUGE_FILE = 1_200_000
 
 
 @pytest.fixture(scope="module")
