@@ -152,6 +152,13 @@ def _restore_withdrawn(p: dict, c: Context) -> str:
     )
 
 
+def _rescale_refused(p: dict, c: Context) -> str:
+    return (
+        f"The rescale of pipeline {p['pipelineId']} to {p['parallelism']} readers was "
+        f"refused{_because(p, 'reason')}."
+    )
+
+
 def _restore(p: dict, c: Context) -> str:
     start = (
         f"from checkpoint {p['fromCheckpoint']}"
@@ -290,6 +297,7 @@ SENTENCES: dict[str, Callable[[dict, Context], str]] = {
     "pipeline.restore-requested": _restore_requested,
     "pipeline.restore": _restore,
     "pipeline.restore-withdrawn": _restore_withdrawn,
+    "pipeline.rescale-refused": _rescale_refused,
     "taskgroup.status": _taskgroup_status,
     "checkpoint.triggered": _checkpoint("triggered"),
     "checkpoint.completed": _checkpoint("completed"),

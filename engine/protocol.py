@@ -51,5 +51,8 @@ TASK_CLEANUP = "engine.cleanup.run"
 #: acknowledgements, snapshot reports: engine.member.enumerator_link).
 TASK_SOURCE_COMMAND = "engine.source.command"
 TASK_SOURCE_ACK = "engine.source.ack"
+#: A member drain asks a Lane A reader to close gracefully before it is moved (GRACEFUL_CLOSE:
+#: engine.jobs.graceful_close); sent again until the reader's report answers it.
+TASK_GRACEFUL_CLOSE = "engine.source.graceful-close"
 #: Several of the commands above for one member, in order, in one message: ``[[task, args], ...]``.
 TASK_MEMBER_COMMANDS = "engine.member.commands"

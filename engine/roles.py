@@ -1,8 +1,9 @@
 """Roles: Django groups with the permissions each may use (created by a migration).
 
 - viewer: the read API and the dashboard;
-- operator: also submits and cancels jobs, drains members (a planned leave) and acknowledges
-  a job's UNKNOWN recovery tracking;
+- operator: also submits, cancels and rescales jobs (a rescale takes the cancel permission:
+  it stops the pipelines' attempts), drains members (a planned leave) and acknowledges a job's
+  UNKNOWN recovery tracking;
 - admin: also the admin site (with ``is_staff``) and named connections.
 """
 

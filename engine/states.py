@@ -133,10 +133,15 @@ JobMode = models.TextChoices("JobMode", "BATCH STREAMING")
 ControlStepState = models.TextChoices("ControlStepState", "PENDING DONE")
 
 
-#: A restore of a whole pipeline, or of some readers of a running Lane A pipeline alone.
+#: A restore of a whole pipeline, or of some readers of a running Lane A pipeline alone, or a
+#: Lane A pipeline's restore at another parallelism (a rescale, engine.jobs.rescale).
 ControlStepKind = models.TextChoices(
     "ControlStepKind",
-    [("RESTORE_PIPELINE", "restore-pipeline"), ("RESTORE_READERS", "restore-readers")],
+    [
+        ("RESTORE_PIPELINE", "restore-pipeline"),
+        ("RESTORE_READERS", "restore-readers"),
+        ("RESCALE_PIPELINE", "rescale-pipeline"),
+    ],
 )
 RESTORE_KINDS = frozenset(ControlStepKind)
 

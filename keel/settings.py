@@ -415,9 +415,9 @@ ENGINE = {
     "metrics.loopback": os.environ.get("KEEL_METRICS_LOOPBACK", "0" if PRODUCTION else "1")
     in ("1", "true", "yes"),
     "metrics.token": os.environ.get("KEEL_METRICS_TOKEN", ""),
-    # Planned leaves (engine.jobs.drain): a drain not finished within this long expires
-    # and the member takes work again.
+    # Planned leaves (engine.jobs.drain, graceful_close): README's configuration says what.
     "drain.timeout": _duration("KEEL_DRAIN_TIMEOUT", os.environ.get("KEEL_DRAIN_TIMEOUT", "10m")),
+    "drain.graceful-close-timeout": _seconds("KEEL_DRAIN_GRACEFUL_CLOSE_TIMEOUT", "30s"),
     # Dirty-job tracking (engine.dirty): recent episodes kept per job, and how long an episode
     # may wait without any deployment before it is aborted as stale (a duration: 10m, 90s, 2h).
     "dirty-task.event-history-size": _count("KEEL_DIRTY_TASK_EVENT_HISTORY_SIZE", "10"),
@@ -447,9 +447,8 @@ def _positive(name: str, default: str) -> int:
     return _count(name, default, minimum=1)
 
 
-#: The managed Source runtime's bounds, with the design's initial production defaults: option
-#: (under ``source-runtime.``), how it is read, default. Each comes from the environment as
-#: ``KEEL_SOURCE_RUNTIME_`` and the option's name in capitals (``.`` and ``-`` as ``_``).
+#: The managed Source runtime's bounds (the design's initial defaults): option (under
+#: ``source-runtime.``), how it is read, default; env: ``KEEL_SOURCE_RUNTIME_`` + OPTION.
 SOURCE_RUNTIME_BOUNDS = (
     ("mailbox.max-commands", _positive, "1024"),
     ("mailbox.max-bytes", _bytes, "4MiB"),
@@ -461,10 +460,12 @@ SOURCE_RUNTIME_BOUNDS = (
     ("poll.soft-duration", _seconds, "5ms"),
     ("poll.hard-duration", _seconds, "1s"),
     ("poll.cancellation-timeout", _seconds, "30s"),
+    ("schema-change.timeout", _seconds, "60s"),
     ("admission.p99-budget", _seconds, "5ms"),
     ("retry.initial-backoff", _seconds, "10ms"),
     ("retry.max-backoff", _seconds, "1s"),
     ("coordinator.async-max-concurrency", _positive, "4"),
+    ("source-events.interval", _seconds, "1s"),  # a reader's SOURCE_EVENTs, at most this often
     ("tracker.max-entries", _positive, "100000"),
     ("tracker.max-bytes", _bytes, "64MiB"),
 )

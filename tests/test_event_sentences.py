@@ -18,6 +18,7 @@ from dashboard.event_sentences import LEFT_OUT, SENTENCES, generic, lines, sente
 from engine import events
 from engine.dirty import events as dirty_events
 from engine.jobs.drain import drain_event
+from engine.jobs.rescale_step import refused_event
 from engine.models import EngineEvent, Job, Member, MemberDrain
 from engine.states import MemberState
 
@@ -209,6 +210,10 @@ CASES = [
         "The dirty-job tracker failed in member loss: deadlock.",
     ),
     (dirty_events.repaired(5, 3, 2), "Dirty-job tracking repaired 2 gaps."),
+    (
+        refused_event(5, 1, {"restore": 2, "parallelism": 3}, "split s1 is held twice"),
+        "The rescale of pipeline 1 to 3 readers was refused: split s1 is held twice.",
+    ),
     (
         dirty_events.snapshot(
             5, 3, {"dirty": False, "evaluationStatus": "CLEAN", "recoveryAttemptCount": 0}

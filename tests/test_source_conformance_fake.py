@@ -55,7 +55,8 @@ def owners(source: FakeSource) -> dict[tuple, str]:
 
 def test_a_paced_split_never_blocks_a_turn_and_says_when_it_has_more():
     """rows.per-second: a turn takes what is due and returns; with nothing due the reader says
-    when (``retry_at``), and the event loop polls again then without any command."""
+    when (``retry_at``), its availability future completes then (the shared timers) and the
+    event loop, woken by that AVAILABLE command, polls again (it keeps no timer of its own)."""
     from engine.sourceruntime.limits import MailboxLimits, PollLimits
     from engine.sourceruntime.mailbox import ReaderMailbox, WorkerBudget
     from engine.sourceruntime.reader import ReaderEventLoop
@@ -72,12 +73,15 @@ def test_a_paced_split_never_blocks_a_turn_and_says_when_it_has_more():
     reader.add_splits(source.create_splits("BATCH"))
     loop.step()
     assert len(out) == 1 and reader.retry_at == pytest.approx(100.1)  # one row due at start
-    assert not loop.step() and loop.idle_for(1.0) == pytest.approx(0.1)
+    assert not loop.step() and loop.retry_at is None and loop.idle_for(1.0) == 1.0
     now[0] = 100.55
+    loop.availability.awaited.result(timeout=10)  # its timer: 0.1 s from when it was asked
+    assert loop.step() and loop.availability.wakeups == 1  # the AVAILABLE command
     loop.step()
     assert len(out) == 6  # rows due by 0.55 s: 0.0, 0.1, ... 0.5
     now[0] = 104.0
     reader.notify_no_more_splits()
+    loop.availability.awaited.result(timeout=10)
     while loop.step():
         pass
     assert [r[0] for r in out] == list(range(30)) and loop.close_latched

@@ -27,9 +27,11 @@ EPOCH = 3
 class RecordingOutbox:
     def __init__(self) -> None:
         self.sent: list[tuple[str, list, str]] = []
+        self.batchable: list[bool] = []  # each one's ``batch``, in the order sent
 
-    def put(self, task: str, args: list, queue: str) -> None:
+    def put(self, task: str, args: list, queue: str, batch: bool = False) -> None:
         self.sent.append((task, args, queue))
+        self.batchable.append(batch)
 
     def envelopes(self) -> list[SourceCommandEnvelope]:
         return [

@@ -40,6 +40,7 @@ urlpatterns = [
         "jobs/<int:job_id>/episodes", episodes.JobEpisodeListView.as_view(), name="api-job-episodes"
     ),
     path("jobs/<int:job_id>/cancel", jobs.JobCancelView.as_view(), name="api-job-cancel"),
+    path("jobs/<int:job_id>/rescale", jobs.JobRescaleView.as_view(), name="api-job-rescale"),
     path(
         "jobs/<int:job_id>/dirty/ack",
         episodes.JobDirtyAckView.as_view(),

@@ -351,8 +351,22 @@ class SinkWriter:
         return None
 
 
+class SchemaNotFollowed(Exception):
+    """A sink cannot take a source's schema change: the reader fails, naming the sink."""
+
+
 class SinkPlugin(Plugin):
     section: ClassVar[str] = "sink"
 
     def writer(self, schema, context: dict) -> SinkWriter:
         raise NotImplementedError
+
+    def follow_schema(self, added: list[tuple[str, str]]) -> None:
+        """A source's schema change reaches this sink with columns ``added`` (name, kind):
+        make its target take them before the first row of the new schema. Called again after
+        a restore, so it must be idempotent. A sink whose target has no columns to change
+        (Console, Blackhole) does nothing; one that cannot follow raises."""
+        names = ", ".join(name for name, _ in added)
+        raise SchemaNotFollowed(
+            f"the {self.name} sink cannot follow a schema change ({names} added)"
+        )

@@ -67,6 +67,9 @@ class Console(SinkPlugin):
         delay = self.config["log.print.delay.ms"] / 1000
         return ConsoleWriter(schema, limit, context.get("label", "row"), delay)
 
+    def follow_schema(self, added: list[tuple[str, str]]) -> None:
+        return None  # its rows are printed with whatever fields they have
+
 
 class BlackholeWriter(SinkWriter):
     def __init__(self) -> None:
@@ -82,3 +85,6 @@ class Blackhole(SinkPlugin):
 
     def writer(self, schema, context: dict) -> SinkWriter:
         return BlackholeWriter()
+
+    def follow_schema(self, added: list[tuple[str, str]]) -> None:
+        return None

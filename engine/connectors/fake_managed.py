@@ -5,7 +5,9 @@ paced splits and listed rows go out as rows, a turn's at a time.
 
 Pacing (``rows.per-second``, ``split.read-interval``) never blocks a turn: a split whose next
 rows are not due is passed over, and a reader with nothing due says when it will have more
-(``retry_at``), which the event loop keeps as its own availability timer. Nothing in a turn
+(``retry_at``): its ``is_available()`` future is completed then by a timer on the worker's
+shared timers (engine.sourceruntime.timers), which the event loop receives as an AVAILABLE
+command (engine.sourceruntime.availability). Nothing in a turn
 waits, so ``wakeup()`` (``SplitOffsets``'s) only ends the poll call in progress early: a run of
 turns out of a block stops after the turn in progress, the general path after its rows so far.
 """
@@ -13,6 +15,7 @@ turns out of a block stops after the turn in progress, the general path after it
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, InvalidStateError
 
 import pyarrow as pa
 
@@ -23,6 +26,7 @@ from engine.connectors.fake import FakeSource
 from engine.connectors.fake_values import column_builder, row_builder
 from engine.sourceruntime.choices import PollStatus
 from engine.sourceruntime.reader import PollContext, SplitOffsets
+from engine.sourceruntime.timers import Timer, timers
 from engine.states import JobMode
 
 CAPABILITY = FakeSource.managed_capability
@@ -59,6 +63,8 @@ class ManagedFakeReader(SplitOffsets):
         self._next_read: dict[str, float] = {}
         self.retry_at: float | None = None
         self.paced = bool(self.rate or self.interval)
+        #: The availability future last handed out, the ``retry_at`` it is for, and its timer.
+        self._available: tuple[Future, float | None, Timer | None] | None = None
         #: The rows each split holds (None: an ``endless`` split never ends), by split id. A
         #: STREAMING reader whose splits have ended says NOTHING_AVAILABLE and idles.
         self.limits: dict[str, int | None] = {}
@@ -108,6 +114,24 @@ class ManagedFakeReader(SplitOffsets):
 
     def _later(self, at: float) -> None:
         self.retry_at = at if self.retry_at is None else min(self.retry_at, at)
+
+    def is_available(self) -> Future:
+        """Done once rows come due (``retry_at``, by a timer on the worker's shared timers,
+        not a thread of its own): asked again for the same ``retry_at``, the same future. With
+        nothing paced to wait for (every split ended) it stays pending: new splits and the end
+        of the input reach the loop as commands of their own. Cancelled (the loop ended), its
+        timer is cancelled with it."""
+        at, held = self.retry_at, self._available
+        if held is not None and held[1] == at and not held[0].done():
+            return held[0]
+        if held is not None and held[2] is not None:
+            held[2].cancel()  # for an older retry time
+        future, timer = Future(), None
+        if at is not None:
+            timer = timers().call_in(at - self.clock(), lambda: _complete(future))
+            future.add_done_callback(lambda done: done.cancelled() and timer.cancel())
+        self._available = (future, at, timer)
+        return future
 
     def poll(self, context: PollContext) -> PollStatus:
         """Rows from the splits in turn, each split's offset advanced with them.
@@ -208,3 +232,10 @@ class ManagedFakeReader(SplitOffsets):
             return
         ids = self.source.row_ids(self.splits[split_id], self.mode, start, stop)
         context.emit_many(self.build(ids), ROW_BYTES)
+
+
+def _complete(future: Future) -> None:
+    try:
+        future.set_result(None)
+    except InvalidStateError:
+        pass  # done already

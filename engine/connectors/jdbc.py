@@ -14,7 +14,13 @@ from __future__ import annotations
 
 import re
 
-from engine.connectors.base import Option, SinkPlugin, SinkWriter, SourcePlugin
+from engine.connectors.base import (
+    Option,
+    SchemaNotFollowed,
+    SinkPlugin,
+    SinkWriter,
+    SourcePlugin,
+)
 from engine.connectors.dialects import check_connection, dialect_for
 from engine.connectors.jdbc_checks import table_or_query, where_clause
 from engine.connectors.jdbc_options import (
@@ -250,3 +256,14 @@ class JdbcSink(SinkPlugin):
 
     def writer(self, schema: Schema, context: dict) -> SinkWriter:
         return dialect_for(self.config).writer(self.config, schema, context)
+
+    def follow_schema(self, added: list[tuple[str, str]]) -> None:
+        """The table gets the added columns (``ADD COLUMN IF NOT EXISTS``: a restore's second
+        time changes nothing), named as ``field_ide`` names the incoming fields."""
+        if self.config.get("query"):
+            names = ", ".join(name for name, _ in added)
+            raise SchemaNotFollowed(
+                f"the Jdbc sink's query names its fields: it cannot follow a schema change "
+                f"({names} added)"
+            )
+        dialect_for(self.config).add_columns(self.config, added)

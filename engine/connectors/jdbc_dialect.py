@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from engine.connectors.base import SinkWriter
+from engine.connectors.base import SchemaNotFollowed, SinkWriter
 from engine.connectors.boundaries import Refused
 from engine.connectors.jdbc_options import DRIVERS, FAMILIES
 from engine.connectors.schema import Schema
@@ -75,6 +75,10 @@ class Dialect:
 
     def apply_save_modes(self, config: dict, schema: Schema | None) -> list[str]:
         raise NotImplementedError
+
+    def add_columns(self, config: dict, added: list[tuple[str, str]]) -> None:
+        """The target table takes columns ``added`` (a source's schema change)."""
+        raise SchemaNotFollowed(f"a {self.name} table cannot follow a schema change here")
 
     def writer(self, config: dict, schema: Schema, context: dict) -> SinkWriter:
         raise NotImplementedError

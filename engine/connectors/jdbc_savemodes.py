@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import psycopg
 from psycopg import sql
 
 from engine.connectors.base import Option
@@ -77,6 +78,29 @@ def save_modes_due(config: dict) -> bool:
     if config["data_save_mode"] != "APPEND_DATA":
         return True
     return bool(config.get("table")) and config["schema_save_mode"] != "IGNORE"
+
+
+def add_columns(config: dict, added: list[tuple[str, str]]) -> None:
+    """The PostgreSQL table takes columns ``added``, in one transaction. The lock it needs
+    waits at most 200 ms: another writer's open transaction on the table holds it off,
+    and the schema change tries again at its reader's next step (``SchemaChangePending``)
+    rather than queue every writer of the table behind it."""
+    from engine.sourceruntime.schema_change import SchemaChangePending
+
+    table = table_ident(config["table"])
+    names = target_columns(config, Schema(tuple(added)))
+    options = "-c lock_timeout=200 -c statement_timeout=30000"
+    try:
+        with connect(config, "keel-schema-change", options=options) as conn:
+            for name, (_, kind) in zip(names, added, strict=True):
+                conn.execute(
+                    sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {c} {k}").format(
+                        t=table, c=sql.Identifier(name), k=sql.SQL(column_type(kind))
+                    )
+                )
+            conn.commit()
+    except psycopg.errors.LockNotAvailable as exc:
+        raise SchemaChangePending(str(exc)) from exc
 
 
 def column_type(kind: str) -> str:

@@ -31,7 +31,11 @@ from engine.connectors.fileformats import (
     records,
     text_delimiter,
 )
-from engine.connectors.localfile_options import DISCOVERY_OPTIONS, SOURCE_IGNORED
+from engine.connectors.localfile_options import (
+    DISCOVERY_OPTIONS,
+    SCHEMA_CHANGES_HELP,
+    SOURCE_IGNORED,
+)
 from engine.connectors.registry import register
 from engine.connectors.schema import Schema, convert, kind_args, parse_schema, row_fields
 from engine.sourceruntime.capability import ManagedSourceCapability
@@ -119,12 +123,13 @@ class LocalFileSource(LocalFile, SourcePlugin):
         ENCODING,
         SHEET,
         *DISCOVERY_OPTIONS,
+        Option("schema-changes.enabled", bool, default=False, help=SCHEMA_CHANGES_HELP),
     )
     #: Runs in the managed lane (Lane A) when allowed: bounded poll turns over file splits,
     #: discovery on the coordinator's async workers (engine.connectors.managed).
     managed_capability = ManagedSourceCapability(async_enumerator=True)
     #: Options that only the managed lane acts on (warned about in Lane B).
-    managed_only_options = tuple(option.name for option in DISCOVERY_OPTIONS)
+    managed_only_options = (*(o.name for o in DISCOVERY_OPTIONS), "schema-changes.enabled")
     aliases = LocalFile.aliases | {
         "skip_header_row_number": "skip_header_rows",
         "delimiter": "field_delimiter",
@@ -196,7 +201,12 @@ class LocalFileSource(LocalFile, SourcePlugin):
             return BINARY_SCHEMA
         return parse_schema(config["schema"])[0]
 
+    #: The schema a managed reader's schema change put in effect (None: the config's).
+    evolved: Schema | None = None
+
     def output_schema(self) -> Schema:
+        if self.evolved is not None:
+            return self.evolved
         schema = self.full_schema(self.config)
         if self.config.get("read_columns"):
             return schema.project(self.config.get("read_columns"))

@@ -34,6 +34,10 @@ from engine.connectors.batches import limits as batch_limits
 from engine.connectors.boundaries import resolve_file_path
 from engine.connectors.fileformats import ARROW_FAILURES
 from engine.connectors.localfile import LocalFileSource, _files
+from engine.connectors.localfile_backlog import FileBacklog
+from engine.connectors.localfile_columns import OPTION as SCHEMA_CHANGES
+from engine.connectors.localfile_columns import added_columns
+from engine.connectors.schema import Schema
 from engine.sourceruntime.arrivals import ArrivalWindow, Verdict
 from engine.sourceruntime.choices import PollStatus
 from engine.sourceruntime.coordinator import CoordinatorEventLoop
@@ -63,6 +67,7 @@ class Found:
     path: str
     ctime: int
     inode: int
+    size: int = 0  # bytes: the split's, for its reader's backlog (localfile_backlog)
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,12 @@ class Listing:
 
 def split_for(found: Found) -> dict:
     split_id = f"file:{found.name}@{found.ctime}:{found.inode}"
-    return {"splitId": split_id, "path": found.path, "relativePath": found.name}
+    return {
+        "splitId": split_id,
+        "path": found.path,
+        "relativePath": found.name,
+        "bytes": found.size,
+    }
 
 
 def arrival_of(split_id: str) -> tuple[str, int, int | None] | None:
@@ -109,7 +119,7 @@ def scan(
             continue
         name = path.relative_to(base).as_posix()
         if known.get(name) != (stat.st_ino, stat.st_ctime_ns):
-            found.append(Found(name, str(path), stat.st_ctime_ns, stat.st_ino))
+            found.append(Found(name, str(path), stat.st_ctime_ns, stat.st_ino, stat.st_size))
     return Listing(started, tuple(found), older)
 
 
@@ -238,6 +248,12 @@ class ManagedLocalFileReader(SplitOffsets):
         #: Splits whose file was replaced under its name before it was opened (or reopened).
         self.replaced_before_read = 0
         self.reopened = 0  # files closed past MAX_OPEN_FILES and opened again
+        #: What it has left to read, told its enumerator (``source_event``), never checkpointed.
+        self.backlog = FileBacklog()
+        #: ``schema-changes.enabled``: a file with columns the schema lacks asks for a schema
+        #: change (``schema_request``, read by the event loop) before any of its records.
+        self.evolving = bool(source.config.get(SCHEMA_CHANGES))
+        self.schema_request: list | None = None
 
     def restore(self, state: dict) -> None:
         super().restore(state)
@@ -253,10 +269,24 @@ class ManagedLocalFileReader(SplitOffsets):
             "openFiles": len(self._reading),
             "reopened": self.reopened,
             "replacedBeforeRead": self.replaced_before_read,
+            "splitsAdded": self.backlog.added,
+            "backlogFiles": self.backlog.last["files"],
+            "backlogBytes": self.backlog.last["bytes"],
         }
+
+    def add_splits(self, splits: list[dict]) -> None:
+        super().add_splits(splits)
+        self.backlog.added += len(splits)
+
+    def source_event(self) -> dict:
+        """Its backlog, for its enumerator's choice of a reader for new files: an ephemeral
+        SOURCE_EVENT sent at most every ``source-events.interval`` (engine.member
+        .enumerator_link); lost, the next one says the same."""
+        return self.backlog.event(self.splits, self.offsets)
 
     def _finished(self, split_id: str) -> None:
         """Read to its end: it leaves the state (its rows were emitted in earlier turns)."""
+        self.backlog.finished(split_id, self.offsets.get(split_id, 0))
         self.splits.pop(split_id, None)
         self.offsets.pop(split_id, None)
         reading = self._reading.pop(split_id, None)
@@ -288,6 +318,9 @@ class ManagedLocalFileReader(SplitOffsets):
             split_id = order[(self.cursor + turn) % len(order)]
             offset = self.offsets[split_id]
             reading = self._reading.get(split_id)
+            if reading is None and offset == 0 and self.evolving and self._asks(split_id):
+                context.end_step()  # nothing of it emitted: the loop starts the change
+                return PollStatus.MORE_AVAILABLE
             if reading is None:  # opened at its offset
                 reading = self._open(split_id, context.limits)
             else:
@@ -311,6 +344,29 @@ class ManagedLocalFileReader(SplitOffsets):
         if self.no_more_splits and self.mode == JobMode.BATCH:
             return PollStatus.END_OF_INPUT
         return PollStatus.NOTHING_AVAILABLE
+
+    def _asks(self, split_id: str) -> bool:
+        """Whether the split's file has columns the schema in effect lacks: then the new
+        schema (those added at its end) is the loop's ``schema_request``."""
+        path = resolve_file_path(self.splits[split_id]["path"])
+        schema = self.source.output_schema()
+        try:
+            added = added_columns(
+                path, self.source.config, schema.fields, self.source.partition_of(path)
+            )
+        except OSError as exc:  # read as before: its read reports the problem
+            log.warning("LocalFile reader: cannot read %s's columns: %s", path.name, exc)
+            return False
+        except ValueError as exc:  # the reader fails, naming the file
+            raise ValueError(f"{path.name}: no schema change from its columns: {exc}") from exc
+        if not added:
+            return False
+        self.schema_request = Schema((*schema.fields, *added)).to_json()
+        return True
+
+    def schema_changed(self, schema: list) -> None:
+        """The schema change completed (or a restore's schema): files are read with it."""
+        self.source.evolved = Schema.from_json(schema)
 
     def _blocks(self, split_id: str, limits: PollLimits) -> Generator[tuple[object, int]]:
         """The file's records from its offset, each block with the offset after it: the Arrow

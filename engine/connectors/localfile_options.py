@@ -25,6 +25,11 @@ DISCOVERY_OPTIONS = (
     ),
 )
 
+SCHEMA_CHANGES_HELP = (
+    "managed lane: a file with new columns changes the job's schema (the sinks follow: a Jdbc "
+    "table gets the columns) instead of their being left out"
+)
+
 #: The directory under a sink's path where its parts are staged before they are published.
 TMP_DIR = ".keel-tmp"
 

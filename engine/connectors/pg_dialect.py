@@ -17,7 +17,7 @@ from engine.connectors.batches import bounded, limits
 from engine.connectors.jdbc_checks import pg_connection_errors
 from engine.connectors.jdbc_dialect import Dialect
 from engine.connectors.jdbc_prepared import open_prepared_writer
-from engine.connectors.jdbc_savemodes import apply_save_modes
+from engine.connectors.jdbc_savemodes import add_columns, apply_save_modes
 from engine.connectors.jdbc_splits import bound_errors, plan_splits, plan_value_splits
 from engine.connectors.jdbc_writers import ExactlyOnceJdbcWriter, JdbcWriter
 from engine.connectors.pg import (
@@ -288,6 +288,9 @@ class PostgresDialect(Dialect):
 
     def apply_save_modes(self, config: dict, schema: Schema | None) -> list[str]:
         return apply_save_modes(config, schema)
+
+    def add_columns(self, config: dict, added: list[tuple[str, str]]) -> None:
+        add_columns(config, added)
 
     def writer(self, config: dict, schema: Schema, context: dict) -> SinkWriter:
         """Checkpointed: two-phase commit with prepared transactions when is_exactly_once

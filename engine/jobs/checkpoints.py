@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django.db import IntegrityError, connection
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Count, Max, Q
 from django.db.models.functions import Now
 
 from engine import counters
@@ -31,9 +31,26 @@ from engine import events as builders
 from engine.events import append_events
 from engine.fencing import fenced
 from engine.jobs import checkpoint_history
+from engine.jobs.checkpoint_reads import (  # re-exported: the task groups' side reads them here
+    acked_after,
+    acked_states,
+    completed_since,
+    latest_completed,
+    reader_state,
+    record_commit,
+)
 from engine.jobs.scheduler import Deployment
 from engine.models import Checkpoint, Pipeline, TaskCheckpoint, TaskGroup
 from engine.states import CheckpointState, ExecutionStatus, JobStatus, TaskGroupKind
+
+__all__ = [
+    "acked_after",
+    "acked_states",
+    "completed_since",
+    "latest_completed",
+    "reader_state",
+    "record_commit",
+]
 
 log = logging.getLogger("keel.checkpoints")
 BARRIER_RESEND = 2.0
@@ -51,7 +68,8 @@ def database_now():
 
 
 def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
-    """Start a checkpoint for every RUNNING pipeline whose interval has passed, or one of whose
+    """Start a checkpoint for every RUNNING pipeline whose interval has passed, one of whose
+    readers asked for one since the last (``request_checkpoint``), or one of whose
     readers read all its input since the last one (its final checkpoint; if that one fails,
     again after FINAL_RETRY rather than a whole interval). Returns the barriers to send once
     committed: (checkpoint id, task group attempt)."""
@@ -69,6 +87,10 @@ def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
                 "checkpoints__triggered_at",
                 filter=Q(checkpoints__state=CheckpointState.COMPLETED),
             ),
+            requested=Max(
+                "task_groups__checkpoint_requested_at",
+                filter=Q(task_groups__status=ExecutionStatus.RUNNING),
+            ),
         )
         .select_related("job")
         # Ten times a second under every running job: not their plans or configs.
@@ -84,8 +106,13 @@ def trigger_due(epoch: int) -> list[tuple[int, Deployment]]:
         final_owed = pipeline.input_ended is not None and (
             pipeline.last_completed is None or pipeline.last_completed < pipeline.input_ended
         )
+        # A reader asked for one now (a schema change waits for it).
+        asked = pipeline.requested is not None and (
+            pipeline.last is None or pipeline.requested >= pipeline.last
+        )
         if (
             pipeline.last is None
+            or asked
             or pipeline.last <= now - timedelta(milliseconds=interval)
             or (
                 final_owed
@@ -444,56 +471,3 @@ def committers(completed: list[Checkpoint]) -> list[tuple[int, Deployment]]:
         .values_list("pipeline_id", *Deployment.FIELDS)
         for checkpoint_id in by_pipeline[row[0]]
     ]
-
-
-def latest_completed(pipeline_id: int) -> Checkpoint | None:
-    return (
-        Checkpoint.objects.filter(pipeline_id=pipeline_id, state=CheckpointState.COMPLETED)
-        .order_by("-id")
-        .first()
-    )
-
-
-def reader_state(checkpoint: Checkpoint, task_group_id: int) -> dict:
-    ack = TaskCheckpoint.objects.filter(checkpoint=checkpoint, task_group_id=task_group_id).first()
-    return ack.state if ack else {}
-
-
-def acked_states(checkpoint_id: int, task_group_ids: list[int]) -> dict[int, dict]:
-    """What these task groups hold as of a completed checkpoint, by task group id: each one's
-    snapshot in it, or, for one that owed no ack (it had FINISHED, its final checkpoint
-    before), its newest snapshot in an earlier completed checkpoint."""
-    rows = (
-        TaskCheckpoint.objects.filter(
-            checkpoint_id__lte=checkpoint_id,
-            checkpoint__state=CheckpointState.COMPLETED,
-            task_group_id__in=task_group_ids,
-        )
-        .order_by("task_group_id", "-checkpoint_id")
-        .distinct("task_group_id")
-        .values_list("task_group_id", "state")
-    )
-    return dict(rows)
-
-
-def acked_after(task_group_id: int, attempt: int, after: int) -> QuerySet[TaskCheckpoint]:
-    """This attempt's acks of COMPLETED checkpoints after ``after``, newest first."""
-    return TaskCheckpoint.objects.filter(
-        checkpoint_id__gt=after,
-        checkpoint__state=CheckpointState.COMPLETED,
-        task_group_id=task_group_id,
-        attempt=attempt,
-    ).order_by("-checkpoint_id")
-
-
-def completed_since(task_group_id: int, attempt: int, after: int) -> tuple[int, dict] | None:
-    """The newest COMPLETED checkpoint after ``after`` that this attempt acked, and its
-    snapshot: what its sinks must commit (committing it commits every earlier one too)."""
-    return acked_after(task_group_id, attempt, after).values_list("checkpoint_id", "state").first()
-
-
-def record_commit(checkpoint_id: int, task_group_id: int, attempt: int) -> None:
-    """The task group committed its sinks' state for ``checkpoint_id`` (and every earlier)."""
-    TaskCheckpoint.objects.filter(
-        checkpoint_id=checkpoint_id, task_group_id=task_group_id, attempt=attempt
-    ).update(committed_at=Now())

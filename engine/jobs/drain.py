@@ -5,6 +5,12 @@ The request is an intent row (MemberDrain) written through the authenticated API
 why, a request id and a short expiry; nothing on the member itself is trusted (its own SIGTERM
 stays UNCLASSIFIED). From that commit on, the member is given no new task group
 (engine.cluster.slots). The active master's step, each change in its own fenced transaction:
+- **close**: a job's RUNNING Lane A readers of a checkpointing pipeline on the member are first
+  asked to close gracefully (engine.jobs.graceful_close): the job's task groups there wait until
+  each has committed a checkpoint holding where it stopped reading (or until
+  ``engine.drain.graceful-close-timeout``, or shortly before the drain expires), so the move
+  below reads nothing twice; readers of a pipeline whose enumerator is on the member are
+  closed too, wherever they run, as moving the enumerator restores the whole pipeline;
 - **move**: every live task group on the member, job by job, fails as lost with the member and
   ``planned``, after its job's PLANNED_VERIFIED incident is registered (engine.dirty); the
   normal restore path redeploys its pipeline elsewhere from the latest checkpoint as attempt + 1,
@@ -13,14 +19,17 @@ stays UNCLASSIFIED). From that commit on, the member is given no new task group
 - **leave**: once the master sees no live task group and no assigned slot on the member (its
   slots locked, so a deployment racing the check is seen), the member ends LEFT and its
   sessions are ended, as a removed member's are; the drain ends LEFT;
-- a drain whose member ended otherwise first ends ABORTED; one not done by ``expires_at`` ends
-  EXPIRED, and the member takes work again.
+- a drain whose member ended otherwise first ends ABORTED (its task groups fail as lost with
+  it, which restores the readers it closed too); one not done by ``expires_at`` ends EXPIRED,
+  and the member takes work again, once the readers it closed are moved (a closed reader never
+  reads again by itself).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid as uuidlib
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
@@ -33,7 +42,8 @@ from engine.cluster import membership
 from engine.cluster import slots as slot_transitions
 from engine.events import append_events
 from engine.fencing import fenced
-from engine.jobs import lifecycle
+from engine.jobs import graceful_close, lifecycle
+from engine.jobs.checkpoints import database_now
 from engine.jobs.envoptions import TAG_FILTER, describe_tags
 from engine.jobs.scheduler import Deployment
 from engine.models import EngineEvent, Job, Member, MemberDrain, Slot, TaskGroup
@@ -50,7 +60,7 @@ from engine.states import (
 log = logging.getLogger("keel.drain")
 
 #: Task-group statuses a drain moves (the others are ending already).
-MOVABLE = (ExecutionStatus.DEPLOYING, ExecutionStatus.RUNNING)
+MOVABLE = graceful_close.MOVABLE
 
 
 class DrainRefused(Exception):
@@ -174,10 +184,12 @@ def _room_elsewhere(member: Member, tags: dict | None = None) -> int | None:
 # -- the active master's step ----------------------------------------------------------------
 
 
-def step(epoch: int) -> tuple[bool, list[Deployment]]:
+def step(
+    epoch: int, close: Callable[[Deployment], None] = lambda target: None
+) -> tuple[bool, list[Deployment]]:
     """Advance every drain under way, oldest first: returns (did work, the old attempts to
-    tell their worker to stop)."""
-    did, stop = False, []
+    tell their worker to stop). ``close``: sends a reader attempt the graceful close."""
+    did, stop, unanswered = False, [], []
     for drain in MemberDrain.objects.filter(state=DrainState.DRAINING).select_related("member"):
         member = drain.member
         if member.state != MemberState.ALIVE:
@@ -185,21 +197,27 @@ def step(epoch: int) -> tuple[bool, list[Deployment]]:
             did = _end(epoch, drain, DrainState.ABORTED, why) or did
             continue
         if drain.expires_at <= timezone.now():
+            restored = _restore_closed(epoch, drain)  # first: a new master would do it again
+            stop += restored
             why = "not done within engine.drain.timeout; the member takes work again"
-            did = _end(epoch, drain, DrainState.EXPIRED, why) or did
+            did = _end(epoch, drain, DrainState.EXPIRED, why) or bool(restored) or did
             continue
-        moved = _move_off(epoch, drain)
+        moved = _move_off(epoch, drain, unanswered)
         stop += moved
         did = did or bool(moved)
         if not moved:
             did = _leave_if_empty(epoch, drain) or did
+    for target in graceful_close.resends.due(unanswered):
+        close(target)
     return did, stop
 
 
-def _move_off(epoch: int, drain: MemberDrain) -> list[Deployment]:
+def _move_off(epoch: int, drain: MemberDrain, unanswered: list[Deployment]) -> list[Deployment]:
     """Fail the member's live task groups as planned moves, one job per transaction (job row
-    first: the lock order of every task-group change)."""
+    first: the lock order of every task-group change), once its Lane A readers there closed
+    gracefully (those not answering the close yet are added to ``unanswered``)."""
     member = drain.member
+    now = database_now()
     jobs = sorted(
         set(
             TaskGroup.objects.filter(member=member, status__in=EXECUTION_LIVE).values_list(
@@ -222,34 +240,79 @@ def _move_off(epoch: int, drain: MemberDrain) -> list[Deployment]:
             )
             if not groups:
                 continue
-            # The incident first (the job's state row after its job row), so the restore this
-            # starts binds to a PLANNED_VERIFIED episode.
-            append_events(dirty.on_planned_move(job, member, epoch))
-            reason = (
-                f"moved off member {member.name} ({member.uuid}): drained by "
-                f"{drain.requested_by_name} ({drain.reason})"
-            )
-            for row in groups:
-                target = Deployment.of(row)
-                if lifecycle.finish_task_group(
-                    target.task_group_id,
-                    target.attempt,
-                    None,
-                    ExecutionStatus.FAILED,
-                    reason,
-                    lost_member_id=member.id,
-                    planned=True,
-                ):
-                    moved.append(target)
-            MemberDrain.objects.filter(id=drain.id).update(
-                moved_task_groups=drain.moved_task_groups + len(moved)
-            )
-            drain.moved_task_groups += len(moved)
+            closing = graceful_close.plan(job, drain, now)
+            if closing.waiting:
+                unanswered += closing.unanswered
+                continue  # its task groups move together once its readers closed
+            moved += _fail_planned(epoch, job, drain, groups, closing.why)
     if moved:
         log.warning(
             "drain of %s: moved %s task group(s) of %s job(s)", member.name, len(moved), len(jobs)
         )
     return moved
+
+
+def _fail_planned(
+    epoch: int, job: Job, drain: MemberDrain, groups: list[tuple], why: Callable[[int], str]
+) -> list[Deployment]:
+    """Fail the job's task groups ``groups`` (Deployment rows) on the drained member as planned
+    moves, in the caller's fenced transaction with the job row locked; ``why``: what the reason
+    adds for a task group. The attempts moved."""
+    member = drain.member
+    # The incident first (the job's state row after its job row), so the restore this starts
+    # binds to a PLANNED_VERIFIED episode.
+    append_events(dirty.on_planned_move(job, member, epoch))
+    reason = (
+        f"moved off member {member.name} ({member.uuid}): drained by "
+        f"{drain.requested_by_name} ({drain.reason})"
+    )
+    moved = []
+    for row in groups:
+        target = Deployment.of(row)
+        if lifecycle.finish_task_group(
+            target.task_group_id,
+            target.attempt,
+            None,
+            ExecutionStatus.FAILED,
+            reason + why(target.task_group_id),
+            lost_member_id=member.id,
+            planned=True,
+        ):
+            moved.append(target)
+    MemberDrain.objects.filter(id=drain.id).update(
+        moved_task_groups=drain.moved_task_groups + len(moved)
+    )
+    drain.moved_task_groups += len(moved)
+    return moved
+
+
+def _restore_closed(epoch: int, drain: MemberDrain) -> list[Deployment]:
+    """The drain expires: move the task groups that make every reader it closed restore
+    (``graceful_close.stranded``), one job per transaction; the attempts moved."""
+    moved: list[Deployment] = []
+    for job_id, ids in sorted(graceful_close.stranded(drain).items()):
+        with fenced(epoch):
+            job = Job.objects.select_for_update(no_key=True).get(id=job_id)
+            if job.status not in (JobStatus.SCHEDULED, JobStatus.RUNNING):
+                continue  # stopping: its task groups end by cancel
+            groups = list(
+                TaskGroup.objects.filter(
+                    id__in=ids, member=drain.member, status__in=MOVABLE
+                ).values_list(*Deployment.FIELDS)
+            )
+            if groups:
+                moved += _fail_planned(epoch, job, drain, groups, _expired_why)
+    if moved:
+        log.warning(
+            "drain of %s expired: moved %s task group(s) whose readers had closed gracefully",
+            drain.member.name,
+            len(moved),
+        )
+    return moved
+
+
+def _expired_why(task_group_id: int) -> str:
+    return "; a reader had closed gracefully and the drain expired"
 
 
 def _leave_if_empty(epoch: int, drain: MemberDrain) -> bool:

@@ -241,6 +241,23 @@ def mark_input_ended(task_group_id: int, attempt: int, member_id: int) -> bool:
     )
 
 
+def request_checkpoint(task_group_id: int, attempt: int, member_id: int) -> bool:
+    """A Lane A reader wants a checkpoint now (its schema change waits for one): the master
+    triggers one at its next step. Durable, so a master failover keeps the request; False if
+    this attempt is no longer ours."""
+    return (
+        TaskGroup.objects.on_alive_members()
+        .filter(
+            id=task_group_id,
+            attempt=attempt,
+            member_id=member_id,
+            status=ExecutionStatus.RUNNING,
+        )
+        .update(checkpoint_requested_at=Now())
+        == 1
+    )
+
+
 def finish_task_group(
     task_group_id: int,
     attempt: int,

@@ -28,7 +28,7 @@ from engine.cluster import slots as slot_transitions
 from engine.dbsession import session_lost
 from engine.events import append_events
 from engine.fencing import StaleEpoch, fenced
-from engine.jobs import checkpoints, exceptions, splits
+from engine.jobs import checkpoints, exceptions, rescale_step, splits
 from engine.jobs.envoptions import TAG_FILTER
 from engine.jobs.scheduler import Deployment, deploy_on
 from engine.models import (
@@ -50,6 +50,8 @@ log = logging.getLogger("keel.recovery")
 NO_SLOTS_RETRY = 1.0
 #: What a restore that found too few slots returns (it stays due).
 WAITING_FOR_SLOTS = "waiting for slots"
+#: What a step answers that is still waiting (no recovery moved).
+WAITING = frozenset({WAITING_FOR_SLOTS, rescale_step.WAITING_FOR_PIPELINE})
 
 
 def request_restore(
@@ -190,6 +192,8 @@ def _restore(step: ControlStep, epoch: int) -> tuple[str, list[Deployment], list
     redeploying onto them go together: a restore that fails at any point (too few slots, an
     error after the take) gives back exactly the slots it took, and the job's other pipelines
     (a reader restore's enumerator and other readers) keep theirs."""
+    if step.kind == ControlStepKind.RESCALE_PIPELINE:  # a restore at another parallelism
+        return rescale_step.execute(step, epoch)
     pipeline_id = step.payload["pipelineId"]
     number = step.payload["restore"]
     job = Job.objects.select_for_update(no_key=True).get(id=step.job_id)
@@ -249,9 +253,15 @@ def _restore(step: ControlStep, epoch: int) -> tuple[str, list[Deployment], list
         *_deploying(job, pipeline, epoch, readers),
         *group_events,
         # The pipeline (or its readers) reached DEPLOYING on new slots: the attempt counts now.
-        *dirty.on_restore_deploying(job, pipeline, number, epoch),
+        *(dirty.on_restore_deploying(job, pipeline, number, epoch) if _prepared(step) else []),
     ]
     return "restored", deployments, events
+
+
+def _prepared(step: ControlStep) -> bool:
+    """The restore has a dirty-job attempt: every member loss's has; a refused rescale's
+    (engine.jobs.rescale_step) only if it restores a member loss too."""
+    return "refused" not in step.payload or bool(step.payload.get("lostMembers"))
 
 
 def _obsolete(

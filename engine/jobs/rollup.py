@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from engine import dirty
 from engine import events as builders
-from engine.jobs import recovery, terminal
+from engine.jobs import recovery, rescale, terminal
 from engine.models import EngineEvent, Job, Pipeline, TaskGroup
 from engine.states import (
     EXECUTION_TERMINAL,
@@ -183,8 +183,8 @@ def _settle(job: Job, pipelines: list[Pipeline]) -> list[EngineEvent]:
             if alone:
                 continue
         target = _pipeline_target(pipeline.status, statuses)
-        if target in (ExecutionStatus.FAILING, ExecutionStatus.FAILED) and _restorable(
-            job, pipeline, mine
+        if target in (ExecutionStatus.FAILING, ExecutionStatus.FAILED) and (
+            _restorable(job, pipeline, mine) or rescale.stopped(job, pipeline)
         ):
             restoring.add(pipeline.id)
             target = ExecutionStatus.FAILING

@@ -103,7 +103,7 @@ def deploy_on(
         group.source_received_bytes = group.sink_written_bytes = 0
         group.rows_per_second = group.busy_seconds = group.blocked_seconds = 0.0
         group.deployed_at = group.updated_at = Now()
-        group.input_ended_at = None
+        group.input_ended_at = group.checkpoint_requested_at = None
         deployments.append(Deployment.of((group.id, group.attempt, *members[member_id])))
         events.append(
             builders.taskgroup_status(
@@ -137,6 +137,7 @@ def deploy_on(
             "blocked_seconds",
             "deployed_at",
             "input_ended_at",
+            "checkpoint_requested_at",
             "updated_at",
         ],
     )

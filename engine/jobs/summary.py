@@ -93,6 +93,7 @@ def pipelines(job: Job) -> list[dict]:
             "status": pipeline.status,
             "restoreCount": pipeline.restore_count,
             "errorMsg": pipeline.error_msg,
+            "parallelism": (pipeline.plan or {}).get("parallelism", 1),  # a rescale's, once run
             # The lane recorded when the job was planned (a plan from before lanes: B).
             "sourceRuntime": SourceRuntime.from_json(
                 (pipeline.plan or {}).get("sourceRuntime")

@@ -23,6 +23,7 @@ from engine.protocol import (
     TASK_COMMIT,
     TASK_CONTROL_STEP,
     TASK_DEPLOY,
+    TASK_GRACEFUL_CLOSE,
     member_queue,
 )
 
@@ -60,6 +61,10 @@ def commit(target: Deployment, checkpoint_id: int) -> None:
 
 def abort(target: Deployment, checkpoint_id: int) -> None:
     to_member(TASK_ABORT, target, checkpoint_id)
+
+
+def graceful_close(target: Deployment) -> None:
+    to_member(TASK_GRACEFUL_CLOSE, target)
 
 
 def run_control_step(step_id: int, epoch: int) -> None:

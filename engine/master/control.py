@@ -83,7 +83,7 @@ def enqueue_due_steps(epoch: int, on_recovery: Callable[[], object] = lambda: No
             result = answers.get(step.id)
             if result is None:
                 commands.run_control_step(step.id, epoch)
-            moved = moved or result != recovery.WAITING_FOR_SLOTS
+            moved = moved or result not in recovery.WAITING
         position += len(chunk)
     cutoff = now - timedelta(seconds=HAND_OFF_AFTER)
     given_back = [step.id for step in due[position:] if step.due_at > cutoff]

@@ -141,8 +141,9 @@ def fail_lost_task_groups(epoch: int) -> bool:
 
 def drain_members(epoch: int) -> bool:
     """Move drained members' task groups away and let the empty ones leave
-    (engine.jobs.drain); tell the workers to stop the attempts moved."""
-    did, moved = drain.step(epoch)
+    (engine.jobs.drain), their Lane A readers asked to close gracefully first; tell the
+    workers to stop the attempts moved."""
+    did, moved = drain.step(epoch, commands.graceful_close)
     for target in moved:
         commands.cancel(target)
     return did

@@ -23,6 +23,9 @@ proves. Part of the enumerator task (engine.member.managed_enumerator), on its c
   COMPLETIONS_EVERY, on the shared pool) reads only the proof keys of the readers' snapshots in
   the newest completed checkpoint and settles every inclusion by them (engine.jobs
   .reader_metadata).
+- **Source events.** A reader's SOURCE_EVENT (its backlog) counts if it comes from its
+  registered attempt under this epoch (engine.member.enumerator_backlog); a newer attempt's
+  registration drops the older one's report.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from dataclasses import dataclass
 from django.db import close_old_connections
 
 from engine.jobs import reader_metadata
-from engine.member.enumerator_link import ASSIGNMENT_ACK, REGISTER, SNAPSHOT
+from engine.member.enumerator_backlog import ReaderBacklogs
+from engine.member.enumerator_link import ASSIGNMENT_ACK, REGISTER, SNAPSHOT, SOURCE_EVENT
 from engine.models import TaskGroup
 from engine.sourceruntime.choices import CommandKind
 from engine.sourceruntime.coordinator import CoordinatorEventLoop
@@ -101,10 +105,11 @@ class ReaderRegistration:
     outstanding: dict
     in_flight: dict[int, int]
     no_more: set[int]
+    backlogs: ReaderBacklogs
 
     def _on_reader_message(self, message: dict) -> bool:
-        """A registration, an assignment acknowledgement or a snapshot report (True), or an
-        admission answer (False: not one of these)."""
+        """A registration, an assignment acknowledgement, a snapshot report or a source event
+        (True), or an admission answer (False: not one of these)."""
         kind = message.get("kind")
         if kind == REGISTER:
             self._on_register(message)
@@ -117,6 +122,11 @@ class ReaderRegistration:
             if message["reader"] in self.targets and checkpoint > self.completed_upto:
                 proof = Proof.of(message["metadata"])
                 self.tracker.included(message["reader"], checkpoint, proof)
+        elif kind == SOURCE_EVENT:
+            target = self.targets.get(message.get("reader"))
+            current = target is not None and target.attempt == message.get("attempt")
+            current = current and message.get("epoch") == self.epoch
+            self.backlogs.event(message.get("reader"), message.get("event"), current)
         else:
             return False
         return True
@@ -176,6 +186,7 @@ class ReaderRegistration:
         self.in_flight[index] = 0
         self.no_more.discard(index)
         self.ready.discard(index)
+        self.backlogs.forget(index)
 
     def _restore_readers(self, metadata: dict[int, dict | None]) -> tuple[list[str], set[str]]:
         """Every reader's snapshot in the checkpoint restored from: each tracked assignment

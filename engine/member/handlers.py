@@ -23,6 +23,7 @@ from engine.protocol import (
     TASK_CANCEL,
     TASK_COMMIT,
     TASK_DEPLOY,
+    TASK_GRACEFUL_CLOSE,
     TASK_MEMBER_COMMANDS,
     TASK_MEMBER_PING,
     TASK_PLAN_JOB,
@@ -103,6 +104,16 @@ checkpoint_abort = shared_task(name=TASK_ABORT, acks_late=False, ignore_result=T
 )
 
 
+@shared_task(name=TASK_GRACEFUL_CLOSE, acks_late=False, ignore_result=True)
+def graceful_close(task_group_id: int, attempt: int, member_uuid: str) -> dict:
+    """A member drain's graceful close for a Lane A reader attempt here: admitted into its
+    mailbox as GRACEFUL_CLOSE (once; a repeat is acknowledged)."""
+    here = runtime.addressed(member_uuid)
+    if here is None:
+        return NOT_ADDRESSED
+    return {"ok": here.close_gracefully(task_group_id, attempt)}
+
+
 @shared_task(name=TASK_SOURCE_COMMAND, acks_late=False, ignore_result=True)
 def source_command(
     task_group_id: int, attempt: int, member_uuid: str, wire: str, reply: list
@@ -121,7 +132,10 @@ def source_command(
     answer = {"commandId": envelope.commandId, "ack": ack.to_json()}
     if len(reply) > 4:  # the publish's time: the enumerator measures the hop to admission
         answer.update(sentAt=reply[4], admittedAt=time.time())
-    here.outbox.put(TASK_SOURCE_ACK, [reply[0], reply[1], reply[2], answer], member_queue(reply[3]))
+    # Batched: a hundred answers a second to one enumerator's member must not cost a message
+    # each (its consumer thread competes for the GIL with every busy reader there).
+    args = [reply[0], reply[1], reply[2], answer]
+    here.outbox.put(TASK_SOURCE_ACK, args, member_queue(reply[3]), batch=True)
     return {"ok": ack.status == AdmissionStatus.ACCEPTED, **answer}
 
 
@@ -152,6 +166,7 @@ BATCHABLE = {
     TASK_BARRIER: checkpoint_barrier.run,
     TASK_COMMIT: checkpoint_commit.run,
     TASK_ABORT: checkpoint_abort.run,
+    TASK_GRACEFUL_CLOSE: graceful_close.run,
     TASK_SOURCE_COMMAND: source_command.run,
     TASK_SOURCE_ACK: source_ack.run,
 }

@@ -2,8 +2,9 @@
 loop, the one owner of the enumerator's state (its discovery, its pending splits and the split
 assignment tracker).
 
-Splits are assigned round-robin to the readers' registered attempts (engine.member
-.enumerator_readers), one command per split, each with its tracker command id and a sender
+Splits are assigned to the readers' registered attempts (engine.member.enumerator_readers):
+to the smallest backlog their SOURCE_EVENTs report (engine.member.enumerator_backlog), else
+round-robin, one command per split, each with its tracker command id and a sender
 sequence of its own per reader (so a reader's applied watermark has no gaps). Commands go out
 through the worker's outbox; a reader's handler answers with its AdmissionAck as a command of
 its own, which is posted to the loop, as are the readers' registrations, assignment
@@ -36,6 +37,7 @@ from django.conf import settings
 from engine.connectors.managed import discovery_for
 from engine.jobs import checkpoints, lifecycle, reader_metadata
 from engine.member.dataplane import METRICS_INTERVAL, PluginFailure, instantiate
+from engine.member.enumerator_backlog import ReaderBacklogs
 from engine.member.enumerator_readers import (
     ReaderRegistration,
     Target,
@@ -124,6 +126,7 @@ class ManagedEnumeratorTask(ReaderRegistration):
         self.admission_latency = LatencyHistogram()
         self.discovery = None
         self.in_flight: Counter[int] = Counter()  # assignments sent to a reader, not admitted
+        self.backlogs = ReaderBacklogs()  # what the readers' SOURCE_EVENTs report
         self.batch, self.checkpointing = False, True
         self.runtime_id, self.reply = "", []
 
@@ -269,9 +272,10 @@ class ManagedEnumeratorTask(ReaderRegistration):
         while self.pending and readers:
             split_id = self.pending[0]
             turns = [readers[(self.turn + n) % len(readers)] for n in range(len(readers))]
-            index = next((r for r in turns if self.in_flight[r] < SEND_WINDOW), None)
-            if index is None:
+            room = [r for r in turns if self.in_flight[r] < SEND_WINDOW]
+            if not room:
                 break  # every reader's window is full: admissions open it again
+            index = self.backlogs.choose(room)  # the smallest backlog reported, or the turn's
             payload = json.dumps({"splits": [self.splits[split_id]]}).encode()
             target, sequence = self.targets[index], self.sequences[index] + 1
             try:
@@ -282,6 +286,7 @@ class ManagedEnumeratorTask(ReaderRegistration):
                 self.backpressure += 1  # a completed checkpoint makes room
                 break
             self.pending.pop(0)
+            self.backlogs.assigned(index, self.splits[split_id])
             self.turn = readers.index(index) + 1
             self.in_flight[index] += 1
             self._send(index, CommandKind.ASSIGN_SPLITS, payload, command_id, split_id)
@@ -335,6 +340,7 @@ class ManagedEnumeratorTask(ReaderRegistration):
                 [*self.reply, time.time()],  # echoed with the admission's time
             ],
             member_queue(target.member_name),
+            batch=True,  # the commands for one member share a message
         )
 
     def _on_ack(self, answer: dict) -> None:
@@ -468,6 +474,7 @@ class ManagedEnumeratorTask(ReaderRegistration):
             "assignmentsReached": dict(self.tracker.reached),
             "publishToAdmissionMs": self.admission_latency.to_json(),
             "discovery": self.discovery.metrics(),
+            "sourceEvents": self.backlogs.metrics(),
         }
         self.thread.db(
             "reporting metrics",

@@ -24,6 +24,7 @@ from engine.connectors.managed import RUNTIMES, reader_for
 from engine.connectors.schema import Schema
 from engine.jobs import checkpoints, lifecycle
 from engine.member import savemodes
+from engine.member.adopted_writers import settle_adopted
 from engine.member.commits import for_reader
 from engine.member.dataplane import (
     METRICS_INTERVAL,
@@ -36,6 +37,7 @@ from engine.member.dataplane import (
 )
 from engine.member.enumerator_link import EnumeratorLink, enumerator_of
 from engine.member.mailbox import Abort, Barrier, Message
+from engine.member.schema_follow import evolved_plan, follow_restored, follow_sinks, recompile
 from engine.member.step_batches import step_batches
 from engine.member.tasklogs import attributed
 from engine.models import TaskGroup
@@ -47,6 +49,7 @@ from engine.sourceruntime.lifecycle import Life
 from engine.sourceruntime.limits import MailboxLimits, PollLimits
 from engine.sourceruntime.mailbox import ReaderMailbox, WorkerBudget
 from engine.sourceruntime.reader import ReaderEventLoop, Snapshot
+from engine.sourceruntime.schema_change import SchemaChangePending
 from engine.sourceruntime.watchdog import PollStuck, watchdog
 from engine.states import ExecutionStatus
 
@@ -54,8 +57,9 @@ log = logging.getLogger("keel.sourceruntime")
 
 #: The longest the thread waits for a wakeup before it looks at commits and metrics again.
 IDLE_WAIT = 0.05
-#: Sender ids of the worker's own checkpoint sequencer (below every coordinator epoch).
-BARRIER_SENDER, CALLBACK_SENDER = 0, -1
+#: Sender ids of the worker's own checkpoint sequencer (below every coordinator epoch), and
+#: of the master's graceful close (a member drain: one command an attempt; -2 is availability's).
+BARRIER_SENDER, CALLBACK_SENDER, CLOSE_SENDER = 0, -1, -3
 
 
 def runtime_id(job_id: int, pipeline_index: int) -> str:
@@ -91,6 +95,10 @@ class ManagedReaderTask:
         #: Failed by the poll watchdog (its call did not return in time): this thread, if its
         #: call ever returns, hands nothing more to the sinks.
         self.abandoned = False
+        #: A member drain asked this attempt to close gracefully (engine.jobs.graceful_close),
+        #: and the checkpoint whose snapshot, committed, holds where it stopped reading.
+        self.closing = False
+        self.closed_at: int | None = None
 
     # -- operation threads ----------------------------------------------------------------
 
@@ -120,22 +128,56 @@ class ManagedReaderTask:
             if message.checkpoint_id <= self._offered[sender]:
                 return True
             sequence = self._sequence[sender] + 1
-            envelope = SourceCommandEnvelope.build(
-                job_id=mailbox.job_id,
-                source_runtime_id=mailbox.runtime_id,
-                epoch=mailbox.epoch,
-                sender_attempt=sender,
-                target_attempt=mailbox.attempt,
-                sequence=sequence,
-                command_id=f"{kind.value}:{message.checkpoint_id}",
-                kind=kind,
-                payload=json.dumps({"checkpoint": message.checkpoint_id}).encode(),
-            )
-            ack = mailbox.admit(envelope)
-            if ack.status != AdmissionStatus.ACCEPTED:
-                return ack.status == AdmissionStatus.DUPLICATE
+            payload = json.dumps({"checkpoint": message.checkpoint_id}).encode()
+            command = f"{kind.value}:{message.checkpoint_id}"
+            status = self._admit_own(mailbox, kind, sender, sequence, command, payload)
+            if status != AdmissionStatus.ACCEPTED:
+                return status == AdmissionStatus.DUPLICATE
             self._offered[sender], self._sequence[sender] = message.checkpoint_id, sequence
             return True
+
+    def close_gracefully(self) -> bool:
+        """A member drain's graceful close, as an ordered control (reserved capacity): the
+        reader stops polling, its next snapshot is its last, and once that checkpoint is
+        committed it reports where it closed and idles until the master moves it. Admitted
+        once an attempt; a repeat (the master sends it until answered) is acknowledged. A
+        reader already closing at the end of its input goes on to finish instead."""
+        mailbox = self.mailbox
+        if mailbox is None:
+            return False  # still starting: sent again
+        with self._lock:
+            if self.closing:
+                return True
+            self.closing = True  # before admission: the loop may apply it at once
+            kind = CommandKind.GRACEFUL_CLOSE
+            status = self._admit_own(mailbox, kind, CLOSE_SENDER, 1, kind.value, b"")
+            if status not in (AdmissionStatus.ACCEPTED, AdmissionStatus.DUPLICATE):
+                self.closing = False
+                return False
+            return True
+
+    @staticmethod
+    def _admit_own(
+        mailbox: ReaderMailbox,
+        kind: CommandKind,
+        sender: int,
+        sequence: int,
+        command: str,
+        payload: bytes,
+    ) -> AdmissionStatus:
+        """One of the worker's own controls into the mailbox: its admission's answer."""
+        envelope = SourceCommandEnvelope.build(
+            job_id=mailbox.job_id,
+            source_runtime_id=mailbox.runtime_id,
+            epoch=mailbox.epoch,
+            sender_attempt=sender,
+            target_attempt=mailbox.attempt,
+            sequence=sequence,
+            command_id=command,
+            kind=kind,
+            payload=payload,
+        )
+        return mailbox.admit(envelope).status
 
     def terminate(self, kind: CommandKind, reason: str) -> None:
         if self.mailbox is not None:
@@ -158,6 +200,7 @@ class ManagedReaderTask:
                 "reading its checkpoint", checkpoints.acked_states, latest.id, [group.id]
             )
             own = (states.get(group.id) or {}).get("managed") or {}
+            adopted = (states.get(group.id) or {}).get("adoptedWriters") or []  # a rescale's
         try:
             plugin = get_plugin("source", source_node["plugin"])
             check_restore(recorded, plugin)
@@ -177,6 +220,19 @@ class ManagedReaderTask:
             thread.stop.set()  # no longer ours: nothing opened, nothing written
             return Counters()
         commits, context = for_reader(thread, group, getattr(latest, "id", None))
+        limits = PollLimits.from_settings()
+        restored_schema = own.get("schema")  # a schema change's, in effect from its checkpoint
+        if restored_schema is not None:
+            plan = guarded(
+                source_node["path"],
+                follow_restored,
+                plan,
+                restored_schema,
+                time.monotonic() + limits.schema_change_timeout,
+                thread.stop,
+            )
+        if latest is not None and adopted:  # removed readers' sinks: their commits, once
+            settle_adopted(plan, context, adopted)
         started, cpu_started = time.monotonic(), time.thread_time()
         source, chain = compile_chain(plan, context)
         counters = Counters()
@@ -190,16 +246,18 @@ class ManagedReaderTask:
             wakeup=self.wake.set,
         )
         source_key = source_node["key"]
-        schema = Schema.from_json(source_node["schema"])
-        arrow = arrow_schema(schema)
+        shape = {"schema": Schema.from_json(plan["source"]["schema"])}  # the one in effect
+        shape["arrow"] = arrow_schema(shape["schema"])
         max_rows, max_bytes = batch_limits()
+        if restored_schema is not None:
+            guarded(source_node["path"], reader.schema_changed, restored_schema)
 
         def flush() -> None:
             """The records of the step just run, through the chain before anything else: as
             one batch (``step_batches``), within the data plane's bounds as Lane B's are."""
             if not self._parts:
                 return
-            batches = step_batches(self._parts, schema, arrow)
+            batches = step_batches(self._parts, shape["schema"], shape["arrow"])
             self._parts.clear()
             for batch in batches:
                 for part, size in sized_parts(batch, max_rows, max_bytes):
@@ -212,10 +270,10 @@ class ManagedReaderTask:
                 guarded(path, writer.prepare_commit, snapshot.checkpoint)
                 for path, _, writer in chain.sinks
             ]
-            state = {
-                "managed": {"state": snapshot.state, "metadata": snapshot.metadata},
-                "sinks": sinks,
-            }
+            managed = {"state": snapshot.state, "metadata": snapshot.metadata}
+            if snapshot.schema is not None:  # a restore from here runs this schema
+                managed["schema"] = snapshot.schema
+            state = {"managed": managed, "sinks": sinks}
             acked = commits.acknowledge(snapshot.checkpoint, state)
             if acked:
                 self.link.snapshot(snapshot.checkpoint, snapshot.metadata)
@@ -226,6 +284,31 @@ class ManagedReaderTask:
             if kind == CommandKind.CHECKPOINT_COMPLETE:
                 commits.apply(chain, now=True)
 
+        def apply_schema(schema: list) -> None:
+            """The schema checkpoint completed: once nothing of the old schema is left
+            uncommitted, the sinks take the new columns and the chain is compiled again."""
+            nonlocal plan
+            if commits.checkpointing and commits.acked > commits.committed:
+                raise SchemaChangePending("a checkpoint of the old schema is not committed yet")
+            flush()
+            evolved = evolved_plan(plan, schema)
+            follow_sinks(plan, evolved)
+            context["restoredCheckpoint"] = commits.committed or None
+            recompile(chain, evolved, context)
+            plan = evolved
+            shape["schema"] = Schema.from_json(schema)
+            shape["arrow"] = arrow_schema(shape["schema"])
+            log.info("task group %s: schema change applied (%s)", group.id, schema)
+
+        def request_checkpoint() -> None:
+            thread.db(
+                "asking for a schema checkpoint",
+                lifecycle.request_checkpoint,
+                group.id,
+                thread.attempt,
+                thread.member_id,
+            )
+
         def on_applied(kind: CommandKind, payload: dict) -> None:
             if kind == CommandKind.REGISTER:
                 self.link.confirm(payload)
@@ -235,24 +318,27 @@ class ManagedReaderTask:
         loop = ReaderEventLoop(
             mailbox,
             reader,
-            PollLimits.from_settings(),
+            limits,
             self._parts.append,
             on_snapshot,
             recorded.capability_digest or "",
             lineage=(own.get("metadata") or {}).get("readerAttemptLineage"),
-            may_close=lambda: commits.input_done(chain),
+            may_close=lambda: self._may_close(commits, chain, counters, loop, reader),
             on_callback=on_callback,
             on_applied=on_applied,
             checkpointing=commits.checkpointing,
+            request_checkpoint=request_checkpoint,
+            apply_schema=apply_schema,
         )
         self.link = EnumeratorLink(thread.runtime.outbox, group.index, thread.attempt, address)
+        self.link.events_from(getattr(reader, "source_event", None))  # ephemeral SOURCE_EVENTs
         self.counters, self.source_path = counters, source_node["path"]
         watchdog().watch(loop.watch, self._abandon)  # wakes its poll calls past their budget
         completed = False
         try:
             if own:
                 guarded(source_node["path"], reader.restore, own["state"])
-                loop.start(Snapshot(latest.id, own["state"], own["metadata"]))
+                loop.start(Snapshot(latest.id, own["state"], own["metadata"], restored_schema))
             else:
                 loop.start()
             self.mailbox = mailbox  # from now on commands are admitted
@@ -272,6 +358,24 @@ class ManagedReaderTask:
         if mailbox.terminal.kind == CommandKind.FATAL:
             raise PluginFailure(source_node["path"], RuntimeError(mailbox.terminal.reason))
         return counters
+
+    def _may_close(self, commits, chain, counters, loop, reader) -> bool:
+        """Whether the draining loop may end: a batch reader at the end of its input, once its
+        final checkpoint is committed (``ReaderCommits.input_done``). A reader closed by a
+        member drain never ends by itself: once a checkpoint at or after its first snapshot
+        after the close is committed, it reports the one committed (``gracefulClose`` in its
+        runtime metrics, fenced by member and attempt) and keeps answering barriers, with
+        nothing more to read, until the master moves it. A reader whose poll had ended its
+        input before the close was applied finishes as at the end of its input."""
+        if not self.closing or loop.input_ended:
+            return commits.input_done(chain)
+        final, committed = commits.final, commits.committed
+        if self.closed_at is None and final is not None and committed >= final:
+            self.closed_at = committed  # ``final`` itself may have been aborted
+            log.info("task group %s closed gracefully at checkpoint %s", self.group.id, committed)
+            counters.roll(chain)
+            self._report(counters, loop, reader)  # what the master's drain waits for
+        return False
 
     def _abandon(self, error: str) -> None:
         """The watchdog's verdict on a poll call that did not return after its wakeup (on the
@@ -345,6 +449,13 @@ class ManagedReaderTask:
             self._completed = commits.committed
             loop.checkpoint_completed(commits.committed)
 
+    def _close_report(self) -> dict:
+        """A member drain's graceful close as the master reads it: asked of this attempt, and
+        the checkpoint it closed at once that is committed (None until then)."""
+        if not self.closing:
+            return {}
+        return {"gracefulClose": {"attempt": self.thread.attempt, "checkpoint": self.closed_at}}
+
     def _report(self, counters: Counters, loop: ReaderEventLoop, reader) -> bool:
         metrics = loop.metrics
         extra = {
@@ -355,10 +466,14 @@ class ManagedReaderTask:
                 "hardWakeups": metrics.hard_wakeups,
                 "applied": metrics.applied,
                 "staleCallbacks": metrics.stale_callbacks,
+                "schemaChanges": loop.schema_driver.changes,
             },
             "controlLatencyMs": metrics.control_latency.to_json(),
             "admissionLatency": self.mailbox.latency.to_json(),
             "lifecycle": loop.life.state.value,
+            **self._close_report(),
+            "available": loop.availability.metrics(),  # AVAILABLE wakeups, coalesced
+            "sourceEvents": {"sent": self.link.events_sent},
         }
         if callable(getattr(reader, "metrics", None)):  # the connector's own counts
             extra["reader"] = reader.metrics()

@@ -404,6 +404,12 @@ class MemberRuntime:
         managed.post_ack(answer)
         return True
 
+    def close_gracefully(self, task_group_id: int, attempt: int) -> bool:
+        """A member drain's graceful close for a Lane A reader attempt here (False: none)."""
+        thread = self._thread(task_group_id)
+        managed = thread.managed if thread is not None and thread.attempt == attempt else None
+        return isinstance(managed, ManagedReaderTask) and managed.close_gracefully()
+
     def deploy(self, task_group_id: int, attempt: int) -> str:
         """Start the task group unless this attempt already runs here (idempotent)."""
         with self._lock:

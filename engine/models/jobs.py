@@ -170,6 +170,9 @@ class TaskGroup(models.Model):
     #: A checkpointed batch reader read all its input: it now waits for the checkpoint that
     #: includes its end (its final checkpoint, triggered at once) and commits it before it ends.
     input_ended_at = models.DateTimeField(null=True, blank=True)
+    #: A Lane A reader asked for a checkpoint now (a schema change waits for one): the master
+    #: triggers one at once when this is newer than the pipeline's last checkpoint.
+    checkpoint_requested_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(db_default=Now())
 
     objects = TaskGroupQuerySet.as_manager()

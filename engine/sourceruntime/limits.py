@@ -50,6 +50,7 @@ class PollLimits:
     returned ``cancellation_timeout`` after its wakeup fails its task group."""
 
     max_records: int = 64
+    schema_change_timeout: float = 60.0  # from a schema change's request until it applied
     max_bytes: int = 4 * 1024 * 1024
     soft: float = 0.005
     hard: float = 1.0
@@ -65,5 +66,6 @@ class PollLimits:
                 "soft": "poll.soft-duration",
                 "hard": "poll.hard-duration",
                 "cancellation_timeout": "poll.cancellation-timeout",
+                "schema_change_timeout": "schema-change.timeout",
             },
         )

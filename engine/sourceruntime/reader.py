@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from engine.sourceruntime.availability import Availability
 from engine.sourceruntime.capability import (
     MANAGED_LANE_VERSION,
     RUNTIME_METADATA_VERSION,
@@ -32,6 +33,7 @@ from engine.sourceruntime.ownership import RecentAssignments, lineage_of
 from engine.sourceruntime.poll_context import TURNS_PER_STEP as TURNS_PER_STEP
 from engine.sourceruntime.poll_context import PollContext as PollContext
 from engine.sourceruntime.poll_context import rows_of as rows_of
+from engine.sourceruntime.schema_change import SchemaDriver
 from engine.sourceruntime.split_offsets import SplitOffsets as SplitOffsets  # its home before
 from engine.sourceruntime.watchdog import PollWatch, wake_of
 
@@ -42,7 +44,8 @@ class ManagedReader(Protocol):
     reader that waits for something makes the wait end; one that keeps ``wake``, a ``Wakeup``,
     has its poll context end the call at its next turn or record boundary). ``STATE_VERSION``
     is the version of what ``snapshot()`` returns: recorded with each snapshot, and a restore of
-    a newer one (or of none) is refused before anything runs."""
+    a newer one (or of none) is refused before anything runs. Optional: ``is_available()``, a
+    future done once a poll is worth making again (engine.sourceruntime.availability)."""
 
     STATE_VERSION: int
 
@@ -58,6 +61,8 @@ class Snapshot:
     checkpoint: int
     state: Any
     metadata: dict
+    #: The schema its rows after it are of, when a schema change made it other than the plan's.
+    schema: list | None = None
 
 
 @dataclass
@@ -87,6 +92,8 @@ class ReaderEventLoop:
         on_callback: Callable[[CommandKind, int], None] = lambda kind, checkpoint: None,
         on_applied: Callable[[CommandKind, dict], None] = lambda kind, payload: None,
         checkpointing: bool = True,
+        request_checkpoint: Callable[[], None] = lambda: None,
+        apply_schema: Callable[[list], None] = lambda schema: None,
     ) -> None:
         self.mailbox, self.reader, self.limits, self.clock = mailbox, reader, limits, clock
         self.emit, self.on_snapshot = emit, on_snapshot
@@ -109,7 +116,18 @@ class ReaderEventLoop:
         #: The enumerator's confirmation of this attempt's registration (its REGISTER command).
         self.registration: dict | None = None
         self.life = Lifecycle()
-        self.schema = SchemaChange()
+        #: A schema change's driver (engine.sourceruntime.schema_change): the task group asks
+        #: for the schema checkpoint (``request_checkpoint``) and makes its sinks follow
+        #: (``apply_schema``).
+        self.schema_driver = SchemaDriver(
+            reader,
+            clock,
+            limits.schema_change_timeout,
+            checkpointing,
+            request_checkpoint,
+            apply_schema,
+        )
+        self.schema: SchemaChange = self.schema_driver.machine
         self.metrics = Metrics()
         #: The reader's wakeup flag, and the watch the process's poll watchdog reads once the
         #: task group registers it: a call past its hard budget, or in progress when the
@@ -121,8 +139,13 @@ class ReaderEventLoop:
         self.available = True  # a poll turn is wanted (set by AVAILABLE, MORE_AVAILABLE)
         #: When a reader that had nothing said it will have more (a paced source): the loop's
         #: own timer for availability, so a poll turn is never lost waiting for a command.
+        #: Only for a reader without ``is_available()``, whose future's completion is an
+        #: AVAILABLE command instead (engine.sourceruntime.availability).
         self.retry_at: float | None = None
+        self.availability = Availability(mailbox)
         self.close_latched = False
+        #: Its poll said END_OF_INPUT: its close is the end of its input, not a graceful one.
+        self.input_ended = False
         self.snapshots: list[int] = []  # checkpoints snapshotted, in order
 
     def start(self, restored: Snapshot | None = None) -> None:
@@ -133,6 +156,7 @@ class ReaderEventLoop:
             self.mailbox.restore_watermarks(restored.metadata["appliedSenderWatermarks"])
             self.recent.restore(restored.metadata.get("recentAssignments"))
             self.no_more_splits_generation = restored.metadata["noMoreSplitsGeneration"]
+            self.schema_driver.current = restored.schema
         self.life.move(Life.RUNNING)
 
     # -- one step ---------------------------------------------------------------------------
@@ -149,6 +173,8 @@ class ReaderEventLoop:
         if queued is not None:
             self._apply(queued)
             return True
+        if self.schema_driver.step():
+            return True
         if self.close_latched and not self.schema.blocks_polling:
             # Graceful close or end of input, acted on once no schema change is under way.
             if self.life.state == Life.RUNNING:
@@ -156,9 +182,13 @@ class ReaderEventLoop:
                 return True
             if self.may_close():
                 self.life.move(Life.CLOSED)
+                self.availability.close()  # no availability timer outlives the attempt
                 return True
             return False
-        if not self.available and self.retry_at is not None and self.clock() >= self.retry_at:
+        if not self.available and (
+            (self.retry_at is not None and self.clock() >= self.retry_at)
+            or self.availability.take_missed()
+        ):
             self.available, self.retry_at = True, None
         if self.life.state == Life.RUNNING and self.available and not self.schema.blocks_polling:
             self._poll_turns()
@@ -172,11 +202,12 @@ class ReaderEventLoop:
         return min(max(self.retry_at - self.clock(), 0.0), longest)
 
     def _terminate(self) -> None:
-        self.schema.fence()
+        self.schema_driver.fence()
         kind = self.mailbox.terminal.kind
         self.life.move(Life.CANCELLING if kind == CommandKind.CANCEL else Life.FAILED)
         self.reader.wakeup()
         self.life.move(Life.CLOSED)
+        self.availability.close()
 
     def _apply(self, queued: Queued) -> None:
         env = queued.envelope
@@ -201,6 +232,8 @@ class ReaderEventLoop:
                 self.metrics.stale_callbacks += 1  # a callback for a snapshot never taken
             else:
                 self.on_callback(kind, checkpoint)
+            if kind == CommandKind.CHECKPOINT_ABORT:
+                self.schema_driver.aborted(checkpoint)  # the schema checkpoint's: it fails
             if kind == CommandKind.CHECKPOINT_COMPLETE:
                 self.checkpoint_completed(checkpoint)
             elif checkpoint in self.snapshots:
@@ -209,8 +242,11 @@ class ReaderEventLoop:
             self.registration = payload  # the mailbox settles the sender's sequences below
         elif kind == CommandKind.GRACEFUL_CLOSE:
             self.close_latched = True
+            if self.checkpointing:  # its final snapshot: at the next checkpoint, asked for now
+                self.schema_driver.request_checkpoint()
         elif kind == CommandKind.AVAILABLE:
             self.available = True
+            self.availability.wakeups += 1
         self.mailbox.applied(env)
         self.metrics.applied += 1
         if kind in (CommandKind.ASSIGN_SPLITS, CommandKind.REGISTER):
@@ -222,13 +258,17 @@ class ReaderEventLoop:
         them), and the assignments it held are released from the metadata."""
         self.snapshots = [c for c in self.snapshots if c > checkpoint]
         self.recent.completed(checkpoint)
+        self.schema_driver.completed(checkpoint)
 
     def _snapshot(self, checkpoint: int) -> None:
         """Every ordered command before the barrier has been applied (FIFO); the snapshot
         holds the reader's state and the runtime metadata, never the mailbox."""
         if self.mailbox.terminal:
             return  # a terminal preemption: this checkpoint does not succeed
-        snapshot = Snapshot(checkpoint, self.reader.snapshot(), self.metadata())
+        self.schema_driver.on_barrier(checkpoint)  # a schema change's checkpoint, if it waits
+        snapshot = Snapshot(
+            checkpoint, self.reader.snapshot(), self.metadata(), self.schema_driver.schema_now()
+        )
         self.snapshots.append(checkpoint)  # until its callback, or a later completion
         self.recent.snapshotted(checkpoint)
         self.on_snapshot(snapshot)
@@ -291,9 +331,10 @@ class ReaderEventLoop:
             self.metrics.records += context.length
             for part in context.settle():  # a record batch, or a list of rows (poll_context)
                 self.emit(part)
+        self.schema_driver.after_poll()  # a schema change it asked for starts here
         if status == PollStatus.NOTHING_AVAILABLE:
             self.available = False  # until AVAILABLE, an assignment or its retry time
-            self.retry_at = getattr(self.reader, "retry_at", None)
+            self.retry_at = self.availability.await_reader(self.reader)
         elif status == PollStatus.END_OF_INPUT:
             self.available = False
-            self.close_latched = True
+            self.close_latched = self.input_ended = True

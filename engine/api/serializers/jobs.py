@@ -158,6 +158,9 @@ class PipelineSerializer(serializers.Serializer):
     status = serializers.CharField()
     restoreCount = serializers.IntegerField(source="restore_count")
     errorMsg = serializers.CharField(source="error_msg")
+    parallelism = serializers.IntegerField(
+        required=True, help_text="its readers: as planned, or as a rescale made them"
+    )
     sourceRuntime = SourceRuntimeSerializer()
     taskGroups = TaskGroupSerializer(source="task_groups.all", many=True)
 

@@ -17,7 +17,7 @@ from engine.connectors.jdbc_splits import bound_errors
 from engine.connectors.jdbc_statements import target_columns
 from engine.connectors.mysql import source
 from engine.connectors.mysql.sessions import connect, quote, target
-from engine.connectors.mysql.types import create_table_sql
+from engine.connectors.mysql.types import create_table_sql, mysql_type
 from engine.connectors.mysql.urls import parse_url
 from engine.connectors.mysql.writers import MySqlExactlyOnceWriter, MySqlWriter
 from engine.connectors.schema import Schema
@@ -174,6 +174,31 @@ class MySqlDialect(Dialect):
             done = run_save_modes(config, schema, _SaveModes(conn, config))
             conn.commit()
         return done
+
+    def add_columns(self, config: dict, added: list[tuple[str, str]]) -> None:
+        """The table takes the columns it lacks (MySQL has no ``ADD COLUMN IF NOT EXISTS``:
+        those present are left out, so a restore's second time changes nothing); a lock
+        another session holds past ``lock_wait_timeout`` is tried again later."""
+        from engine.sourceruntime.schema_change import SchemaChangePending
+
+        names = target_columns(config, Schema(tuple(added)))
+        table = config["table"]
+        try:
+            with connect(config, program="keel-schema-change") as conn:
+                where = source.split_table(config, table)
+                # MySQL's column names are not case-sensitive.
+                present = {c.lower() for c, _ in source.table_columns(conn, *where)}
+                with conn.cursor(pymysql.cursors.Cursor) as cur:
+                    for name, (_, kind) in zip(names, added, strict=True):
+                        if name.lower() not in present:
+                            column = "`" + name.replace("`", "``") + "`"  # a dot is its own
+                            cur.execute(
+                                f"ALTER TABLE {quote(table)} ADD COLUMN {column} {mysql_type(kind)}"
+                            )
+        except pymysql.err.OperationalError as exc:
+            if exc.args and exc.args[0] == 1205:  # lock wait timeout exceeded
+                raise SchemaChangePending(str(exc)) from exc
+            raise
 
     def writer(self, config: dict, schema: Schema, context: dict) -> SinkWriter:
         """Checkpointed: the stage and its fence row (is_exactly_once or not: SeaTunnel's XA

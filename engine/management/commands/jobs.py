@@ -1,16 +1,16 @@
-"""``manage.py jobs list|status ID|cancel ID`` (``./run jobs``): the jobs through the REST API,
-with a token, as SeaTunnel's ``-l`` and ``-can``."""
+"""``manage.py jobs list|status ID|cancel ID|rescale ID N`` (``./run jobs``): the jobs through
+the REST API, with a token, as SeaTunnel's ``-l`` and ``-can``."""
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from engine.management.apiclient import ApiClient
+from engine.management.apiclient import ApiClient, ApiError
 from engine.management.commands.submit import progress_line
 
 
 class Command(BaseCommand):
-    help = "List jobs, show one, or cancel one (through the REST API)"
+    help = "List jobs, show one, cancel or rescale one (through the REST API)"
 
     def add_arguments(self, parser):
         actions = parser.add_subparsers(dest="action", required=True)
@@ -19,6 +19,11 @@ class Command(BaseCommand):
         listing.add_argument("--limit", type=int, default=50, help="at most this many (50)")
         for name, text in (("status", "one job's state"), ("cancel", "cancel a job")):
             actions.add_parser(name, help=text).add_argument("job_id", type=int)
+        rescale = actions.add_parser(
+            "rescale", help="restore a running Lane A job's pipelines with N readers each"
+        )
+        rescale.add_argument("job_id", type=int)
+        rescale.add_argument("parallelism", type=int, help="the readers of each pipeline")
 
     def handle(self, *args, **opts):
         client = ApiClient()
@@ -35,6 +40,17 @@ class Command(BaseCommand):
                 )
             return
         job_id = opts["job_id"]
+        if action == "rescale":
+            wanted = opts["parallelism"]
+            what = f"rescale of job {job_id}"
+            status, answer = client.call("POST", f"/jobs/{job_id}/rescale", {"parallelism": wanted})
+            if status == 400 and isinstance(answer, dict) and "errors" in answer:
+                errors = "; ".join(f"{e.get('path')}: {e['message']}" for e in answer["errors"])
+                raise CommandError(f"{what} refused (400): {errors}", returncode=2)
+            if status != 202:
+                raise ApiError(status, answer, what)
+            self.stdout.write(f"job {job_id} rescaling to parallelism {wanted}")
+            return
         if action == "cancel":
             job = client.expect("POST", f"/jobs/{job_id}/cancel", 202, f"cancel of job {job_id}")
             self.stdout.write(f"job {job_id} {job['jobStatus']}")
