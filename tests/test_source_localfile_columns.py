@@ -91,5 +91,11 @@ def test_untrusted_column_names_are_bounded_and_checked(tmp_path):
         added_columns(tmp_path / "twice.csv", header, OLD, {})
     with pytest.raises(ValueError, match="adds 101 columns to 2: a schema change adds at most 100"):
         added_columns(tmp_path / "wide.csv", header, OLD, {})
-    with pytest.raises(ValueError, match="empty name"):
+    with pytest.raises(ValueError, match="names are 1 to 63 bytes of printable text"):
         added_columns(tmp_path / "blank.csv", header, OLD, {})
+    (tmp_path / "long.csv").write_text("id," + "x" * 64 + "\n")
+    with pytest.raises(ValueError, match="names are 1 to 63 bytes"):
+        added_columns(tmp_path / "long.csv", header, OLD, {})
+    (tmp_path / "huge.csv").write_text(",".join(f"c{i}" for i in range(100_000)) + "\n")
+    with pytest.raises(ValueError, match="names 100000 columns: at most 1000 are read"):
+        added_columns(tmp_path / "huge.csv", header, OLD, {})

@@ -64,7 +64,8 @@ class Harness:
         )
         self.reader = ChangingReader()
         self.out, self.snaps, self.asked, self.applied = [], [], 0, []
-        self.pending = 0  # how many applies answer "not ready yet"
+        self.pending = 0  # how many applies answer "not ready yet" (a lock held)
+        self.uncommitted = 0  # ... and "the old schema's checkpoint is not committed yet"
         self.refuse: Exception | None = None
         self.loop = ReaderEventLoop(
             self.box,
@@ -86,6 +87,9 @@ class Harness:
     def _apply(self, schema) -> None:
         if self.refuse is not None:
             raise self.refuse
+        if self.uncommitted:
+            self.uncommitted -= 1
+            raise SchemaChangePending("not committed yet", backoff=False)
         if self.pending:
             self.pending -= 1
             raise SchemaChangePending("a lock is held")
@@ -202,3 +206,14 @@ def test_an_overlapping_request_fails_and_a_cancel_fences_the_request():
     assert h.loop.life.state == Life.CLOSED and h.loop.schema.state == Schema.IDLE
     h.loop.schema_driver.completed(99)  # a late callback changes nothing
     assert h.applied == [] and h.loop.schema_driver.pending is None
+
+
+def test_an_uncommitted_checkpoint_is_waited_for_step_by_step_without_back_off():
+    h = Harness()
+    h.uncommitted = 5
+    h.steps()
+    h.send(CommandKind.CHECKPOINT, 1)
+    h.send(CommandKind.CHECKPOINT_COMPLETE, 1)
+    for _ in range(8):  # the two controls, five waits, the apply: no clock advance needed
+        h.loop.step()
+    assert h.applied == [NEW] and h.loop.schema_driver.retries == 0

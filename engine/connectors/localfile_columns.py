@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+from collections import Counter
 from pathlib import Path
 
 from engine.connectors.fileformats import _open_text, arrow_schema_of, text_delimiter
@@ -23,6 +24,8 @@ OPTION = "schema-changes.enabled"
 #: The most columns one file may add, and the most a schema may reach: a file's names are
 #: untrusted input that becomes table columns (PostgreSQL allows 1,600 a table).
 MAX_ADDED, MAX_COLUMNS = 100, 1000
+#: The longest column name (PostgreSQL cuts longer ones at 63 bytes, so two could collide).
+MAX_NAME = 63
 
 
 def _json_kind(value: object) -> str:
@@ -70,10 +73,15 @@ def added_columns(
     columns = file_columns(path, config)
     if not columns:
         return []
+    if len(columns) > MAX_COLUMNS:
+        raise ValueError(f"it names {len(columns)} columns: at most {MAX_COLUMNS} are read")
     names = [name for name, _ in columns]
-    if any(not name.strip() for name in names):
-        raise ValueError("it names a column with an empty name")
-    twice = sorted({name for name in names if names.count(name) > 1})
+    bad = [n for n in names if not n.strip() or len(n.encode()) > MAX_NAME or not n.isprintable()]
+    if bad:
+        raise ValueError(
+            f"column name {bad[0][:80]!r}: names are 1 to {MAX_NAME} bytes of printable text"
+        )
+    twice = sorted(name for name, n in Counter(names).items() if n > 1)
     if twice:
         raise ValueError(f"it names column(s) {', '.join(twice)} more than once")
     known = {name for name, _ in schema} | set(partition)

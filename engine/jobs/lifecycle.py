@@ -224,38 +224,27 @@ def report_metrics(
     )
 
 
+def _running_attempt(task_group_id: int, attempt: int, member_id: int):
+    """The task group's row while this attempt runs it on its (alive) member: the fence of
+    a running attempt's own writes."""
+    return TaskGroup.objects.on_alive_members().filter(
+        id=task_group_id, attempt=attempt, member_id=member_id, status=ExecutionStatus.RUNNING
+    )
+
+
 def mark_input_ended(task_group_id: int, attempt: int, member_id: int) -> bool:
     """A checkpointed batch reader read all its input (the master triggers its final
     checkpoint at once); False if this attempt is no longer ours."""
-    return (
-        TaskGroup.objects.on_alive_members()
-        .filter(
-            id=task_group_id,
-            attempt=attempt,
-            member_id=member_id,
-            status=ExecutionStatus.RUNNING,
-            input_ended_at__isnull=True,
-        )
-        .update(input_ended_at=Now())
-        == 1
-    )
+    mine = _running_attempt(task_group_id, attempt, member_id)
+    return mine.filter(input_ended_at__isnull=True).update(input_ended_at=Now()) == 1
 
 
 def request_checkpoint(task_group_id: int, attempt: int, member_id: int) -> bool:
-    """A Lane A reader wants a checkpoint now (its schema change waits for one): the master
-    triggers one at its next step. Durable, so a master failover keeps the request; False if
-    this attempt is no longer ours."""
-    return (
-        TaskGroup.objects.on_alive_members()
-        .filter(
-            id=task_group_id,
-            attempt=attempt,
-            member_id=member_id,
-            status=ExecutionStatus.RUNNING,
-        )
-        .update(checkpoint_requested_at=Now())
-        == 1
-    )
+    """A Lane A reader wants a checkpoint now (a schema change or a graceful close waits for
+    one): the master triggers one at its next step. Durable, so a master failover keeps the
+    request; False if this attempt is no longer ours."""
+    mine = _running_attempt(task_group_id, attempt, member_id)
+    return mine.update(checkpoint_requested_at=Now()) == 1
 
 
 def finish_task_group(

@@ -171,9 +171,11 @@ def stopped(job: Job, pipeline: Pipeline) -> bool:
         return False
     if pipeline.status != ExecutionStatus.FAILING:
         return False
+    # Either kind: a rescale that fell back to a restore at the old parallelism keeps its
+    # ``stopped`` mark until that restore runs.
     return ControlStep.objects.filter(
         key=restore_key(pipeline, pipeline.restore_count + 1),
-        kind=ControlStepKind.RESCALE_PIPELINE,
+        kind__in=(ControlStepKind.RESCALE_PIPELINE, ControlStepKind.RESTORE_PIPELINE),
         state=ControlStepState.PENDING,
         payload__stopped=True,
     ).exists()

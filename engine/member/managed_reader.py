@@ -231,6 +231,8 @@ class ManagedReaderTask:
                 time.monotonic() + limits.schema_change_timeout,
                 thread.stop,
             )
+            if plan is None:  # told to stop while the sinks' lock was held: nothing opened
+                return Counters()
         if latest is not None and adopted:  # removed readers' sinks: their commits, once
             settle_adopted(plan, context, adopted)
         started, cpu_started = time.monotonic(), time.thread_time()
@@ -289,7 +291,7 @@ class ManagedReaderTask:
             uncommitted, the sinks take the new columns and the chain is compiled again."""
             nonlocal plan
             if commits.checkpointing and commits.acked > commits.committed:
-                raise SchemaChangePending("a checkpoint of the old schema is not committed yet")
+                raise SchemaChangePending("the old schema's checkpoint is not committed", False)
             flush()
             evolved = evolved_plan(plan, schema)
             follow_sinks(plan, evolved)

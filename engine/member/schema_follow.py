@@ -78,10 +78,12 @@ def recompile(chain: Chain, plan: dict, context: dict) -> None:
     chain.steps, chain.sinks, chain.paths = fresh.steps, fresh.sinks, fresh.paths
 
 
-def follow_restored(plan: dict, schema: list, deadline: float, stop: threading.Event) -> dict:
+def follow_restored(
+    plan: dict, schema: list, deadline: float, stop: threading.Event
+) -> dict | None:
     """A restore whose snapshot holds a changed schema: the plan for it, once the sinks took
     its columns (their lock waited for until ``deadline``, a monotonic time, or until the
-    task group is told to stop)."""
+    task group is told to stop: None)."""
     evolved = evolved_plan(plan, schema)
     while True:
         try:
@@ -91,4 +93,4 @@ def follow_restored(plan: dict, schema: list, deadline: float, stop: threading.E
             if time.monotonic() >= deadline:
                 raise
             if stop.wait(0.2):  # a retry's back-off: another writer holds the table's lock
-                raise
+                return None

@@ -27,7 +27,13 @@ TIMEOUT_OPTION = "engine.source-runtime.schema-change.timeout"
 
 
 class SchemaChangePending(Exception):
-    """The sinks cannot follow yet (a lock another writer holds): try again at a later step."""
+    """The sinks cannot follow yet: try again at a later step. ``backoff``: a lock another
+    writer holds (tried again after a growing delay); else a short wait of the reader's own
+    (a checkpoint not committed yet), tried again at its next step."""
+
+    def __init__(self, why: str, backoff: bool = True) -> None:
+        super().__init__(why)
+        self.backoff = backoff
 
 
 class SchemaDriver:
@@ -121,9 +127,10 @@ class SchemaDriver:
             return False
         try:
             self.apply(self.pending)
-        except SchemaChangePending:
-            self.retries += 1
-            self.next_try = self.clock() + min(0.2 * 2 ** (self.retries - 1), 5.0)
+        except SchemaChangePending as pending:
+            if pending.backoff:
+                self.retries += 1
+                self.next_try = self.clock() + min(0.2 * 2 ** (self.retries - 1), 5.0)
             return False
         except SchemaChangeFailed:
             raise

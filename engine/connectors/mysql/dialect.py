@@ -189,6 +189,8 @@ class MySqlDialect(Dialect):
                 # MySQL's column names are not case-sensitive.
                 present = {c.lower() for c, _ in source.table_columns(conn, *where)}
                 with conn.cursor(pymysql.cursors.Cursor) as cur:
+                    # Its lock waited for 1 s at most: the table's writers queue behind it.
+                    cur.execute("SET SESSION lock_wait_timeout = 1")
                     for name, (_, kind) in zip(names, added, strict=True):
                         if name.lower() not in present:
                             column = "`" + name.replace("`", "``") + "`"  # a dot is its own
