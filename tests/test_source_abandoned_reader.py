@@ -71,3 +71,6 @@ def test_an_abandoned_reader_releases_its_watch_and_its_mailbox_bytes(engine, st
     assert runtime.budget.used == 0 and thread.managed.mailbox.commands == 0
     assert not thread.managed.offer(Barrier(8))  # refused: nothing more is held
     assert runtime.budget.used == 0
+    stuck.release()  # its call returns: the thread ends, fenced, before the database is reset
+    thread.join(30)
+    assert not thread.is_alive()
