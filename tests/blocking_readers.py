@@ -8,6 +8,10 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
+from engine.connectors.fake import FakeSource
+from engine.connectors.managed import RUNTIMES
 from engine.sourceruntime.choices import CommandKind, PollStatus
 from engine.sourceruntime.lifecycle import Life
 from engine.sourceruntime.limits import MailboxLimits, PollLimits
@@ -98,3 +102,30 @@ class LoopThread:
     def closed(self, within: float = 10.0) -> bool:
         self.thread.join(within)
         return not self.thread.is_alive()
+
+
+#: A streaming Lane A job of one FakeSource reader (``stuck`` makes its reader a StuckReader).
+STUCK_JOB = """
+env { job.mode = STREAMING, parallelism = 1 }
+source { FakeSource { schema { fields { id = bigint } } } }
+sink { Blackhole { } }
+"""
+
+
+@pytest.fixture
+def stuck(settings, monkeypatch):
+    """FakeSource in Lane A, its managed reader one that is stuck in its first poll call with
+    splits (released when the test ends); a short cancellation timeout."""
+    settings.ENGINE = {
+        **settings.ENGINE,
+        "source-runtime.managed-connectors": ["FakeSource"],
+        "source-runtime.poll.hard-duration": 3600.0,
+        "source-runtime.poll.cancellation-timeout": 0.3,
+    }
+    reader = StuckReader()
+    reader.add_splits(splits())
+    monkeypatch.setitem(
+        RUNTIMES, FakeSource.name, (lambda source, mode: reader, RUNTIMES[FakeSource.name][1])
+    )
+    yield reader
+    reader.release()

@@ -10,40 +10,18 @@ from __future__ import annotations
 
 import pytest
 
-from engine.connectors.fake import FakeSource
-from engine.connectors.managed import RUNTIMES
 from engine.member.mailbox import Barrier
 from engine.member.runtime import MemberRuntime
 from engine.models import TaskGroup
 from engine.sourceruntime.watchdog import watchdog
 from engine.states import ExecutionStatus, TaskGroupKind
-from tests.blocking_readers import StuckReader, splits
+from tests.blocking_readers import STUCK_JOB as JOB
+from tests.blocking_readers import stuck
 from tests.clusterkit import wait_for
 
+__all__ = ["stuck"]
+
 pytestmark = pytest.mark.django_db(transaction=True)
-
-JOB = """
-env { job.mode = STREAMING, parallelism = 1 }
-source { FakeSource { schema { fields { id = bigint } } } }
-sink { Blackhole { } }
-"""
-
-
-@pytest.fixture
-def stuck(settings, monkeypatch):
-    settings.ENGINE = {
-        **settings.ENGINE,
-        "source-runtime.managed-connectors": ["FakeSource"],
-        "source-runtime.poll.hard-duration": 3600.0,
-        "source-runtime.poll.cancellation-timeout": 0.3,
-    }
-    reader = StuckReader()
-    reader.add_splits(splits())
-    monkeypatch.setitem(
-        RUNTIMES, FakeSource.name, (lambda source, mode: reader, RUNTIMES[FakeSource.name][1])
-    )
-    yield reader
-    reader.release()
 
 
 def test_an_abandoned_reader_releases_its_watch_and_its_mailbox_bytes(engine, stuck):

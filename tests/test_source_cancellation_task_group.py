@@ -11,43 +11,17 @@ from __future__ import annotations
 
 import pytest
 
-from engine.connectors.fake import FakeSource
-from engine.connectors.managed import RUNTIMES
 from engine.member.runtime import MemberRuntime
 from engine.models import TaskGroup
 from engine.sourceruntime.watchdog import CANCELLATION_OPTION
 from engine.states import ExecutionStatus, TaskGroupKind
-from tests.blocking_readers import StuckReader, splits
+from tests.blocking_readers import STUCK_JOB as JOB
+from tests.blocking_readers import stuck
 from tests.clusterkit import wait_for
 
+__all__ = ["stuck"]
+
 pytestmark = pytest.mark.django_db(transaction=True)
-
-JOB = """
-env { job.mode = STREAMING, parallelism = 1 }
-source { FakeSource { schema { fields { id = bigint } } } }
-sink { Blackhole { } }
-"""
-
-
-@pytest.fixture
-def stuck(settings, monkeypatch):
-    """FakeSource in Lane A, its managed reader one that is stuck in its first poll call with
-    splits (released when the test ends); a short cancellation timeout."""
-    settings.ENGINE = {
-        **settings.ENGINE,
-        "source-runtime.managed-connectors": ["FakeSource"],
-        "source-runtime.poll.hard-duration": 3600.0,
-        "source-runtime.poll.cancellation-timeout": 0.3,
-    }
-    reader = StuckReader()
-    reader.add_splits(splits())
-
-    def make(source, mode):
-        return reader
-
-    monkeypatch.setitem(RUNTIMES, FakeSource.name, (make, RUNTIMES[FakeSource.name][1]))
-    yield reader
-    reader.release()
 
 
 def test_a_cancelled_reader_stuck_in_poll_fails_by_the_timeout_and_frees_its_slot(

@@ -59,17 +59,24 @@ def test_a_reader_whose_wait_ends_with_its_wakeup_returns_within_the_hard_budget
     assert made[0].wakeups >= 1
 
 
-def test_a_cancelled_call_that_does_not_return_within_the_timeout_fails_its_task(made):
-    """On a clock the test moves: the cancel wakes the call at once; the call is stuck once the
-    cancellation timeout has passed since, and the task is failed once, naming the option."""
-    clock = Clock()
+def stuck_in_poll(made: list, clock, hard: float) -> tuple[StuckReader, LoopThread, list[str]]:
+    """A loop on its own thread whose reader is stuck in its first poll call (a cancellation
+    timeout of 30 s on ``clock``), and the watch's stuck verdicts as they come."""
     reader = StuckReader()
     made.append(reader)
-    run = LoopThread(reader, PollLimits(hard=3600.0, cancellation_timeout=30.0), clock)
+    run = LoopThread(reader, PollLimits(hard=hard, cancellation_timeout=30.0), clock)
     failures: list[str] = []
     run.loop.watch.on_stuck = failures.append
     run.start(splits())
     assert reader.entered.wait(5)
+    return reader, run, failures
+
+
+def test_a_cancelled_call_that_does_not_return_within_the_timeout_fails_its_task(made):
+    """On a clock the test moves: the cancel wakes the call at once; the call is stuck once the
+    cancellation timeout has passed since, and the task is failed once, naming the option."""
+    clock = Clock()
+    reader, run, failures = stuck_in_poll(made, clock, hard=3600.0)
     clock.now = 110.0
     run.box.signal_terminal(CommandKind.CANCEL, "CANCEL")
     assert reader.wakeups == 1  # at once, on the cancelling thread
@@ -86,13 +93,7 @@ def test_a_cancelled_call_that_does_not_return_within_the_timeout_fails_its_task
 
 def test_a_call_past_its_hard_budget_that_ignores_its_wakeup_fails_its_task(made):
     clock = Clock()
-    reader = StuckReader()
-    made.append(reader)
-    run = LoopThread(reader, PollLimits(hard=1.0, cancellation_timeout=30.0), clock)
-    failures: list[str] = []
-    run.loop.watch.on_stuck = failures.append
-    run.start(splits())
-    assert reader.entered.wait(5)
+    reader, run, failures = stuck_in_poll(made, clock, hard=1.0)
     run.loop.watch.check(101.5)  # woken here, past its hard budget
     run.loop.watch.check(131.5)
     run.loop.watch.check(131.5)

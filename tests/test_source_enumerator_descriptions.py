@@ -17,16 +17,6 @@ from tests.test_source_enumerator_task import (
 )
 
 
-def test_without_checkpoints_an_admitted_split_leaves_no_description():
-    task, outbox = enumerator(checkpointing=False, batch=False)
-    task.discovery = FixedSplits(task.loop, task._on_new, splits(4))
-    task.discovery.start()
-    run_loop(task)
-    for envelope in outbox.envelopes():
-        answer(task, envelope)
-    assert task.tracker.entries == {} and task.splits == {}
-
-
 def test_splits_proven_at_a_reader_s_registration_leave_their_descriptions():
     task, outbox = enumerator(readers=1)
     task.discovery = FixedSplits(task.loop, task._on_new, splits(SEND_WINDOW + 2))

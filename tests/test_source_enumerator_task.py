@@ -165,14 +165,14 @@ def test_a_reader_has_at_most_a_window_of_unadmitted_assignments():
     assert len(outbox.envelopes()) == 2 * SEND_WINDOW + 1  # a refusal opens no room
 
 
-def test_without_checkpoints_an_admitted_assignment_leaves_the_tracker():
+def test_without_checkpoints_an_admitted_assignment_leaves_the_tracker_and_no_description():
     task, outbox = enumerator(checkpointing=False, batch=False)
     task.discovery = FixedSplits(task.loop, task._on_new, splits(4))
     task.discovery.start()
     run_loop(task)
     for envelope in outbox.envelopes():
         answer(task, envelope)
-    assert task.tracker.entries == {} and task.tracker.bytes == 0
+    assert task.tracker.entries == {} and task.tracker.bytes == 0 and task.splits == {}
 
 
 def test_a_payload_refused_as_invalid_fails_the_task_instead_of_being_resent_for_ever():

@@ -151,14 +151,14 @@ class EnumeratorLink:
         self.last_event, self.event_sent = event, now
         self.events_sent += 1
         message = {"kind": SOURCE_EVENT, "reader": self.reader, "attempt": self.attempt}
-        self._send({**message, "epoch": self.address[1], "event": event}, batch=True)
+        self._send({**message, "epoch": self.address[1], "event": event})
 
-    def _send(self, message: dict, batch: bool = True) -> None:
-        """``batch``: may share a message with the others waiting for the enumerator's queue
+    def _send(self, message: dict) -> None:
+        """Batched: it may share a message with the others waiting for the enumerator's queue
         (every Lane A member takes batches: the lane needs a cluster of one version)."""
         address = self.address
         if address is None:
             return  # no enumerator to tell (a registration is sent again)
         group, attempt, uuid, name = address
         args = [group, attempt, uuid, message]
-        self.outbox.put(TASK_SOURCE_ACK, args, member_queue(name), batch=batch)
+        self.outbox.put(TASK_SOURCE_ACK, args, member_queue(name), batch=True)
