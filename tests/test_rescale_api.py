@@ -51,7 +51,7 @@ sink { Blackhole { } }
 
 
 @pytest.fixture
-def engine(db, settings):
+def engine(transactional_db, settings):
     settings.ENGINE = {
         **django_settings.ENGINE,
         "source-runtime.managed-connectors": ["FakeSource"],
@@ -278,7 +278,7 @@ def test_a_refused_rescale_frees_the_restore_key_and_says_why(engine, api):
 
 
 def test_a_rescale_the_cluster_has_no_room_for_is_refused(engine, api):
-    """On the workers its tag_filter allows (5 slots; other tests' members stay alive)."""
+    """On the workers its tag_filter allows (5 slots; the fixture's member has 12)."""
     pool = f"small-{next(POOLS)}"
     engine.add_member(slots=5, tags={"pool": pool})
     tagged = LANE_A.replace(
