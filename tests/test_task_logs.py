@@ -233,3 +233,28 @@ def _dsn() -> dict:
         "user": db.get("USER") or None,
         "password": db.get("PASSWORD") or None,
     }
+
+
+def test_a_task_group_ships_its_last_lines_before_it_reports_its_end(
+    engine, placed, capture, monkeypatch
+):
+    """Its end reported, the master may move the task group at once (a new attempt, which
+    refuses the old one's late lines): its last lines, its error's, landed before the report."""
+    from django.db.models import F
+
+    from engine.member.dataplane import Counters
+    from engine.member.runtime import MemberRuntime, TaskGroupThread
+    from engine.states import ExecutionStatus
+
+    job, member, groups, _ = placed
+    logger, make = capture
+    shipper = TaskLogShipper(member.id, make(), keep=100)  # no thread: only explicit flushes
+    monkeypatch.setattr(tasklog_shipping, "_shipper", shipper)
+    group = groups[0]
+    with attributed(group.id, group.attempt):
+        logger.error("its last line: why it failed")
+    thread = TaskGroupThread(MemberRuntime(engine.sessions[member.id]), group.id, group.attempt)
+    thread.finish(ExecutionStatus.FAILED, "RuntimeError: boom", Counters())
+    TaskGroup.objects.filter(id=group.id).update(attempt=F("attempt") + 1)  # the master moves it
+    shipper.flush()
+    assert [line.message for line in lines_of(job.id)] == ["its last line: why it failed"]

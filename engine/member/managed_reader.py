@@ -5,8 +5,7 @@ checkpoint barriers and completions become envelopes in the bounded reader mailb
 once. The task group's own thread runs the loop's steps; the rows of each poll turn go through
 the transforms into the sinks before the next step, so a barrier's snapshot (reader state and
 runtime metadata, never the mailbox) always matches what the sinks prepared. Sinks commit as in
-Lane B (engine.member.commits): the completed checkpoint's row is the record.
-"""
+Lane B (engine.member.commits): the completed checkpoint's row is the record."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ from engine.connectors.batches import limits as batch_limits
 from engine.connectors.managed import RUNTIMES, reader_for
 from engine.connectors.schema import Schema
 from engine.jobs import checkpoints, lifecycle
-from engine.member import savemodes
+from engine.member import savemodes, tasklog_shipping
 from engine.member.adopted_writers import settle_adopted
 from engine.member.commits import for_reader
 from engine.member.dataplane import (
@@ -365,10 +364,10 @@ class ManagedReaderTask:
         """Whether the draining loop may end: a batch reader at the end of its input, once its
         final checkpoint is committed (``ReaderCommits.input_done``). A reader closed by a
         member drain never ends by itself: once a checkpoint at or after its first snapshot
-        after the close is committed, it reports the one committed (``gracefulClose`` in its
-        runtime metrics, fenced by member and attempt) and keeps answering barriers, with
-        nothing more to read, until the master moves it. A reader whose poll had ended its
-        input before the close was applied finishes as at the end of its input."""
+        after the close is committed, it ships its log lines, reports the one committed
+        (``gracefulClose`` in its runtime metrics, fenced by member and attempt) and answers
+        barriers, reading nothing, until the master moves it. A reader whose poll had ended
+        its input before the close was applied finishes as at the end of its input."""
         if not self.closing or loop.input_ended:
             return commits.input_done(chain)
         final, committed = commits.final, commits.committed
@@ -376,6 +375,7 @@ class ManagedReaderTask:
             self.closed_at = committed  # ``final`` itself may have been aborted
             log.info("task group %s closed gracefully at checkpoint %s", self.group.id, committed)
             counters.roll(chain)
+            tasklog_shipping.ship_now()
             self._report(counters, loop, reader)  # what the master's drain waits for
         return False
 

@@ -20,7 +20,7 @@ from django.db import close_old_connections, connections
 from engine.cluster.membership import MemberSession
 from engine.dbsession import ride_out
 from engine.jobs import checkpoints, lifecycle, splits
-from engine.member import savemodes
+from engine.member import savemodes, tasklog_shipping
 from engine.member.commits import ReaderCommits, for_reader
 from engine.member.dataplane import Chain, Counters, PluginFailure, guarded, instantiate, run_reader
 from engine.member.mailbox import Barrier, Commit, Mailbox, Message
@@ -138,6 +138,7 @@ class TaskGroupThread(threading.Thread):
             counters.written_bytes,
             counters.blocked_seconds,
         )
+        tasklog_shipping.ship_now()  # its last lines (its error's) land before it can move
         attempt = 0
         while True:  # the report is the only record of how we ended: retry while we live
             attempt += 1

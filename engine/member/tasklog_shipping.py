@@ -250,6 +250,16 @@ def install(member_id: int) -> TaskLogShipper:
     return _shipper
 
 
+def ship_now(wait: float = 2.0) -> bool:
+    """Ship the lines captured so far, at once: a task group does before it reports its end
+    (or its graceful close), so its last lines land while the attempt is still the task
+    group's. The master may move it at once, and a moved attempt's late lines are refused.
+    Waits at most ``wait`` s for a flush in progress; False if none is installed or the
+    database did not take the lines (they stay for the shipper's next flush)."""
+    shipper = _shipper
+    return shipper is not None and shipper.flush_safely(wait=wait)
+
+
 def shutdown() -> None:
     """Stop capturing, and ship what is left (the worker is stopping)."""
     global _handler, _shipper
