@@ -329,8 +329,7 @@ CHANNEL_LAYERS = {
 
 # Celery: Redis broker. Commands to one member travel on ``member.<name>``; durable control
 # steps on ``control`` (acks_late, and always backed by a PostgreSQL row — see engine/tasks.py).
-CELERY_BROKER_URL = REDIS_URL
-CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_BROKER_URL = CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -468,6 +467,7 @@ SOURCE_RUNTIME_BOUNDS = (
     ("source-events.interval", _seconds, "1s"),  # a reader's SOURCE_EVENTs, at most this often
     ("tracker.max-entries", _positive, "100000"),
     ("tracker.max-bytes", _bytes, "64MiB"),
+    ("discovery.max-pending", _positive, "10000"),  # new files waiting for a reader
 )
 for _option, _read, _default in SOURCE_RUNTIME_BOUNDS:
     _env = "KEEL_SOURCE_RUNTIME_" + re.sub(r"[.-]", "_", _option).upper()

@@ -49,7 +49,13 @@ class Discovered:
     """One FileDiscovery and the splits it handed on, scan by scan."""
 
     def __init__(
-        self, directory: Path, max_file_age_ms: int | None = None, pool: SharedWorkerPool = None
+        self,
+        directory: Path,
+        max_file_age_ms: int | None = None,
+        pool: SharedWorkerPool = None,
+        *,
+        interval: float | None = INTERVAL,
+        room=None,
     ) -> None:
         self.pool = pool or SharedWorkerPool(2)
         self.clock = [0.0]
@@ -59,7 +65,11 @@ class Discovered:
         )
         self.handed: list[dict] = []
         self.discovery = FileDiscovery(
-            source_in(directory, max_file_age_ms), self.loop, INTERVAL, self.handed.extend
+            source_in(directory, max_file_age_ms),
+            self.loop,
+            interval,
+            self.handed.extend,
+            room,
         )
         self.started = False
 

@@ -222,7 +222,7 @@ def test_a_restore_gives_readers_what_their_metadata_proves_and_returns_the_rest
     task, _ = enumerator(registered=False)
     task.discovery = FixedSplits(task.loop, task._on_new, [])
     task._restore(own, {0: reader0, 1: reader1})
-    assert task.pending == ["s4", "s3"]
+    assert list(task.pending) == ["s4", "s3"]
     assert task.tracker.counts()[AssignmentState.UNASSIGNED.value] == 1  # s3, the enumerator's
     assert set(task.tracker.entries) == {"s3"}
     assert task.discovery.known == {"s1", "s2", "s3", "s4", "s5"}

@@ -84,7 +84,7 @@ def test_a_newer_attempt_keeps_what_its_metadata_proves_and_takes_the_rest_back(
     outbox.sent.clear()
     confirmation = register(task, outbox, 0, attempt=EPOCH + 1, metadata=restored)
     assert confirmation.senderSequence == 2 and confirmation.targetAttemptId == EPOCH + 1
-    assert "s000" not in task.tracker.entries and task.pending == ["s002"]
+    assert "s000" not in task.tracker.entries and list(task.pending) == ["s002"]
     assert 0 not in task.ready and assignments(outbox) == []
     answer(task, confirmation)
     (again,) = assignments(outbox)

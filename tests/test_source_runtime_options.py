@@ -26,6 +26,7 @@ DESIGN_DEFAULTS = {
     "coordinator.async-max-concurrency": 4,
     "tracker.max-entries": 100_000,
     "tracker.max-bytes": 64 * 1024**2,
+    "discovery.max-pending": 10_000,  # Keel's: new files waiting for a reader
 }
 
 

@@ -55,6 +55,11 @@ MAX_FILE_AGE_MS = 60_000
 #: Files a reader keeps open at once: the least recently read one is closed beyond this and
 #: opened again at its offset on its next turn (a storm of large files must not exhaust fds).
 MAX_OPEN_FILES = 8
+#: A BATCH job's one scan, when it left files for later, goes again this often (s) until it
+#: handed every file on.
+RETRY_FULL = 1.0
+#: What a scan hands on.
+HANDED_ON = frozenset({Verdict.NEW, Verdict.REPLACED, Verdict.CHANGED})
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +80,8 @@ class Listing:
     started: int  # ns, taken before the directory was listed
     found: tuple[Found, ...]  # at or above the watermark, and not known as they are
     older: int  # files left out below the watermark
+    held: int | None = None  # the oldest ctime among files left out past the scan's limit
+    left: int = 0  # how many it left out so
 
 
 def split_for(found: Found) -> dict:
@@ -99,12 +106,21 @@ def arrival_of(split_id: str) -> tuple[str, int, int | None] | None:
     return split_id[len("file:") :], 0, None
 
 
+def oldest_first(found: Found) -> tuple[int, str]:
+    return found.ctime, found.name
+
+
 def scan(
-    root: Path, config: dict, watermark: int | None, known: Mapping[str, tuple[int | None, int]]
+    root: Path,
+    config: dict,
+    watermark: int | None,
+    known: Mapping[str, tuple[int | None, int]],
+    limit: int | None = None,
 ) -> Listing:
     """The files under ``root`` (or ``root`` itself, a file) at or above ``watermark`` that
-    ``known`` (path -> inode, ctime) does not hold as they are, in order. Runs on a worker of
-    the shared pool: it reads only its arguments."""
+    ``known`` (path -> inode, ctime) does not hold as they are, in order; past ``limit`` of
+    them, the oldest ``limit`` (and the oldest ctime of the rest). Runs on a worker of the
+    shared pool: it reads only its arguments."""
     started = time.time_ns()
     found, older = [], 0
     single = root.is_file()
@@ -120,6 +136,9 @@ def scan(
         name = path.relative_to(base).as_posix()
         if known.get(name) != (stat.st_ino, stat.st_ctime_ns):
             found.append(Found(name, str(path), stat.st_ctime_ns, stat.st_ino, stat.st_size))
+    if limit is not None and len(found) > limit:
+        found.sort(key=oldest_first)
+        return Listing(started, tuple(found[:limit]), older, found[limit].ctime, len(found) - limit)
     return Listing(started, tuple(found), older)
 
 
@@ -127,7 +146,12 @@ class FileDiscovery(Discovery):
     """New files in the source's directory, by scans on the shared pool: at a fixed delay of
     ``interval`` seconds (``file.discovery.interval``), or once when it is None (then the
     discovery is complete after its first scan). Remembers the files that arrived within
-    ``file.discovery.max-file-age`` of its latest scan."""
+    ``file.discovery.max-file-age`` of its latest scan.
+
+    ``room``: how many more splits the enumerator takes now (its pending splits' bound less
+    those it holds). A scan hands on at most that many new files, the oldest first, and leaves
+    the rest on disk for a later scan (the watermark stays below them): a backlog waits in the
+    directory, not in the enumerator's memory and checkpoints."""
 
     def __init__(
         self,
@@ -135,26 +159,40 @@ class FileDiscovery(Discovery):
         loop: CoordinatorEventLoop,
         interval: float | None,
         on_new: Callable[[list[dict]], None],
+        room: Callable[[], int] | None = None,
     ) -> None:
         super().__init__(loop, on_new)
-        self.source, self.interval = source, interval
+        self.source, self.interval, self.room = source, interval, room
         self.root = resolve_file_path(source.config["path"])
         max_age_ms = source.config.get("file.discovery.max-file-age") or MAX_FILE_AGE_MS
         self.window = ArrivalWindow(max_age_ms * 1_000_000)
         self.failures = self.scans = self.older = self.replaced = self.changed = 0
+        self.held_back = 0  # new files the latest scan left for a later one
+
+    def _room(self) -> int | None:
+        return None if self.room is None else max(self.room(), 0)
 
     def start(self) -> None:
         self.loop.schedule_in_coordinator_thread("discovery-tick", 0, self._tick)
 
     def _tick(self) -> None:
+        if self._room() == 0:  # full: nothing a scan found could be handed on
+            self.loop.schedule_in_coordinator_thread("discovery-tick", self._every, self._tick)
+            return
         # The scan's input, immutable, taken on the loop.
-        known, watermark = self.window.frozen(), self.window.watermark
+        known, watermark, limit = self.window.frozen(), self.window.watermark, self._room()
         config = dict(self.source.config)
         self.loop.call_async(
-            "discovery", lambda: scan(self.root, config, watermark, known), self._found
+            "discovery", lambda: scan(self.root, config, watermark, known, limit), self._found
         )
         if self.interval is not None:
             self.loop.schedule_in_coordinator_thread("discovery-tick", self.interval, self._tick)
+
+    @property
+    def _every(self) -> float:
+        """A full enumerator's next look: the scan interval, or a BATCH job's one scan retried
+        each second until every file was handed on."""
+        return self.interval if self.interval is not None else RETRY_FULL
 
     def _found(self, listing: Listing | None, error: BaseException | None) -> None:
         if error is not None:
@@ -163,20 +201,36 @@ class FileDiscovery(Discovery):
                 self.loop.schedule_in_coordinator_thread("discovery-tick", 1.0, self._tick)
             return
         # Judged against the window as it is now: a coalesced scan was asked with an older one.
-        new, older = [], listing.older
+        arrivals, older = [], listing.older
         for found in listing.found:
+            verdict = self.window.peek(found.name, found.ctime, found.inode)
+            if verdict in HANDED_ON:
+                arrivals.append(found)
+            else:
+                self.window.judge(found.name, found.ctime, found.inode)
+                older += verdict == Verdict.OLDER
+        held, room, waiting = listing.held, self._room(), len(arrivals)
+        if room is not None and len(arrivals) > room:  # the oldest go now, the rest wait
+            arrivals.sort(key=oldest_first)
+            cut = arrivals[room].ctime
+            held, arrivals = cut if held is None else min(held, cut), arrivals[:room]
+        new = []
+        for found in arrivals:
             verdict = self.window.judge(found.name, found.ctime, found.inode)
-            if verdict in (Verdict.NEW, Verdict.REPLACED, Verdict.CHANGED):
-                split = split_for(found)
-                self.window.remember(found.name, split["splitId"], found.ctime, found.inode)
-                new.append(split)
+            split = split_for(found)
+            self.window.remember(found.name, split["splitId"], found.ctime, found.inode)
+            new.append(split)
             self.replaced += verdict == Verdict.REPLACED
             self.changed += verdict == Verdict.CHANGED
-            older += verdict == Verdict.OLDER
-        self.window.advance(listing.started)
+        self.window.advance(listing.started, held)
         self.scans, self.older = self.scans + 1, older
+        self.held_back = listing.left + waiting - len(arrivals)
         if self.interval is None:
-            self.complete = True  # before the hand-on: the enumerator may end the input there
+            # Complete once a scan left nothing for later (before the hand-on: the enumerator
+            # may end the input there); else the next scan goes once there is room.
+            self.complete = held is None
+            if held is not None:
+                self.loop.schedule_in_coordinator_thread("discovery-tick", RETRY_FULL, self._tick)
         if new:
             self.on_new(new)
 
@@ -201,7 +255,8 @@ class FileDiscovery(Discovery):
         """Counts for the enumerator's report: files known (the window), scans and failed ones,
         files the latest scan left below the watermark, files replaced under a known name,
         known inodes under a newer ctime (changed in place, or a reused inode), handed on
-        again."""
+        again, and new files the latest scan left on disk for a later one (the enumerator's
+        pending splits were at their bound)."""
         watermark = self.window.watermark
         return {
             "known": len(self.window.entries),
@@ -211,6 +266,7 @@ class FileDiscovery(Discovery):
             "replaced": self.replaced,
             "changed": self.changed,
             "compacted": self.window.compacted,
+            "heldBack": self.held_back,
             "watermarkLagMs": None if watermark is None else (time.time_ns() - watermark) // 10**6,
         }
 

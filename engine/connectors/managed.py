@@ -16,20 +16,24 @@ from engine.sourceruntime.reader import ManagedReader
 from engine.states import JobMode
 
 OnNew = Callable[[list[dict]], None]
+Room = Callable[[], int]
 
 
-def _fake_discovery(source: FakeSource, mode: str, loop: CoordinatorEventLoop, on_new: OnNew):
+def _fake_discovery(
+    source: FakeSource, mode: str, loop: CoordinatorEventLoop, on_new: OnNew, room: Room
+):
+    """Its splits are the source's own, all known at once (``room`` does not bound them)."""
     return FixedSplits(loop, on_new, source.create_splits(mode))
 
 
 def _file_discovery(
-    source: LocalFileSource, mode: str, loop: CoordinatorEventLoop, on_new: OnNew
+    source: LocalFileSource, mode: str, loop: CoordinatorEventLoop, on_new: OnNew, room: Room
 ) -> Discovery:
     """New files as splits every ``file.discovery.interval`` ms in a STREAMING job; else one
-    scan, after which the discovery is complete."""
+    scan, after which the discovery is complete (scans again while ``room`` left files out)."""
     interval = source.config.get("file.discovery.interval")
     streaming = mode == JobMode.STREAMING and interval
-    return FileDiscovery(source, loop, interval / 1000 if streaming else None, on_new)
+    return FileDiscovery(source, loop, interval / 1000 if streaming else None, on_new, room)
 
 
 RUNTIMES: dict[str, tuple[Callable[..., ManagedReader], Callable[..., Discovery]]] = {
@@ -42,5 +46,9 @@ def reader_for(source, mode: str) -> ManagedReader:
     return RUNTIMES[source.name][0](source, mode)
 
 
-def discovery_for(source, mode: str, loop: CoordinatorEventLoop, on_new: OnNew) -> Discovery:
-    return RUNTIMES[source.name][1](source, mode, loop, on_new)
+def discovery_for(
+    source, mode: str, loop: CoordinatorEventLoop, on_new: OnNew, room: Room
+) -> Discovery:
+    """``room``: how many more new splits the enumerator takes now (a listing source's bound
+    on its pending splits)."""
+    return RUNTIMES[source.name][1](source, mode, loop, on_new, room)

@@ -31,6 +31,7 @@ proves. Part of the enumerator task (engine.member.managed_enumerator), on its c
 from __future__ import annotations
 
 import json
+from collections import deque
 from dataclasses import dataclass
 
 from django.db import close_old_connections
@@ -144,7 +145,7 @@ class ReaderRegistration:
         returned = self.tracker.reconcile(index, proof, attempt)
         held = recent_split_ids(metadata)  # known already: this enumerator sent them
         pending = [s for s in [*self.pending, *returned] if s not in held]
-        self.pending = list(dict.fromkeys(pending))
+        self.pending = deque(dict.fromkeys(pending))
         keep = {*self.pending, *self.tracker.entries}  # a proven split's description goes too
         self.splits = {s: split for s, split in self.splits.items() if s in keep}
         self._forget_attempt(index)

@@ -29,7 +29,7 @@ import json
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -110,7 +110,8 @@ class ManagedEnumeratorTask(ReaderRegistration):
         self.initial_backoff = engine["source-runtime.retry.initial-backoff"]
         self.max_backoff = engine["source-runtime.retry.max-backoff"]
         self.splits: dict[str, dict] = {}  # descriptions of pending and tracked splits
-        self.pending: list[str] = []
+        self.pending: deque[str] = deque()  # at most max_pending of a listing source's
+        self.max_pending = engine["source-runtime.discovery.max-pending"]
         self.expected: dict[int, Target] = {}  # the pipeline's readers (their attempts)
         self.targets: dict[int, Target] = {}  # registered attempts
         self.ready: set[int] = set()  # registered, and the confirmation admitted
@@ -193,7 +194,9 @@ class ManagedEnumeratorTask(ReaderRegistration):
             metadata = {t.index: found.get(t.task_group_id) for t in targets}
         loop = CoordinatorEventLoop(self.pool, epoch=self.epoch, wakeup=self.wake.set)
         source = instantiate(pipeline.plan["source"])
-        self.discovery = discovery_for(source, job.mode, loop, self._on_new)
+        self.discovery = discovery_for(
+            source, job.mode, loop, self._on_new, lambda: self.max_pending - len(self.pending)
+        )
         if latest is not None:
             self._restore(own, metadata)
             self.completed_upto = latest.id
@@ -213,10 +216,10 @@ class ManagedEnumeratorTask(ReaderRegistration):
                 own["tracker"], self.tracker.max_entries, self.tracker.max_bytes
             )
             self.splits = dict(own["splits"])
-            self.pending = list(own["pending"])
+            self.pending = deque(own["pending"])
         returned, held = self._restore_readers(metadata)
         pending = [s for s in [*self.pending, *returned] if s not in held]
-        self.pending = list(dict.fromkeys(pending))
+        self.pending = deque(dict.fromkeys(pending))
         self.discovery.restore(own["known"] if own else None, held)
         keep = {*self.pending, *self.tracker.entries}
         self.splits = {s: split for s, split in self.splits.items() if s in keep}
@@ -285,7 +288,7 @@ class ManagedEnumeratorTask(ReaderRegistration):
             except TrackerFull:
                 self.backpressure += 1  # a completed checkpoint makes room
                 break
-            self.pending.pop(0)
+            self.pending.popleft()
             self.backlogs.assigned(index, self.splits[split_id])
             self.turn = readers.index(index) + 1
             self.in_flight[index] += 1

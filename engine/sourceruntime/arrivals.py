@@ -73,10 +73,9 @@ class ArrivalWindow:
         """Name -> (identity, stamp): what a listing may leave out as known already."""
         return MappingProxyType({n: (a.identity, a.stamp) for n, a in self.entries.items()})
 
-    def judge(self, name: str, stamp: int, identity: int) -> Verdict:
-        """What an item a listing found is; a known one's stamp and identity are brought up to
-        date. A newer stamp under a known identity is a new arrival: the identity may be a
-        deleted item's, reused (CHANGED, handed on like REPLACED)."""
+    def peek(self, name: str, stamp: int, identity: int) -> Verdict:
+        """What ``judge`` would say, changing nothing: a listing may leave an item for a later
+        one (a bound on what waits to be assigned), and then must not have learnt it."""
         if self.watermark is not None and stamp < self.watermark:
             return Verdict.OLDER
         known = self.entries.get(name)
@@ -84,9 +83,18 @@ class ArrivalWindow:
             return Verdict.NEW
         if known.identity is not None and known.identity != identity:
             return Verdict.REPLACED
-        was, adopted = known.stamp, known.identity is None
-        known.stamp, known.identity = max(was, stamp), identity
-        return Verdict.CHANGED if stamp > was and not adopted else Verdict.SAME
+        adopted = known.identity is None
+        return Verdict.CHANGED if stamp > known.stamp and not adopted else Verdict.SAME
+
+    def judge(self, name: str, stamp: int, identity: int) -> Verdict:
+        """What an item a listing found is; a known one's stamp and identity are brought up to
+        date. A newer stamp under a known identity is a new arrival: the identity may be a
+        deleted item's, reused (CHANGED, handed on like REPLACED)."""
+        verdict = self.peek(name, stamp, identity)
+        if verdict in (Verdict.SAME, Verdict.CHANGED):
+            known = self.entries[name]
+            known.stamp, known.identity = max(known.stamp, stamp), identity
+        return verdict
 
     def remember(self, name: str, split_id: str, stamp: int, identity: int | None) -> None:
         """An item handed on (or held by a reader): kept unless a newer arrival holds its name
@@ -97,10 +105,14 @@ class ArrivalWindow:
         if known is None or known.stamp <= stamp:
             self.entries[name] = Arrival(split_id, stamp, identity)
 
-    def advance(self, started: int) -> int:
+    def advance(self, started: int, held: int | None = None) -> int:
         """A listing that started at ``started`` (ns) was applied: the watermark moves up to
-        ``started - margin`` (never down) and the entries below it go. Returns how many."""
+        ``started - margin`` (never down) and the entries below it go. Returns how many.
+        ``held``: the oldest stamp of the items the listing left for a later one; the
+        watermark stays at or below it, so a later listing finds them again."""
         floor = started - self.margin
+        if held is not None:
+            floor = min(floor, held)
         if self.watermark is None or floor > self.watermark:
             self.watermark = floor
         below = [n for n, a in self.entries.items() if a.stamp < self.watermark]
