@@ -1,17 +1,21 @@
 """A backlog waits on disk, not in the enumerator: a LocalFile scan hands on at most the room
 the enumerator has for pending splits, the oldest files first, and leaves the rest for a later
 scan, however long they wait (the watermark stays below them, past the window's age too); a
-restore from a cut taken meanwhile finds them; a BATCH job's one scan goes again until every
-file was handed on, and only then is its discovery complete."""
+restore from a cut taken meanwhile finds them; a file changed in place while it waits is
+handed on later; a BATCH job's scan goes again (after a timeout too) until it handed on every
+file there at its first look, and only then is its discovery complete."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from engine.sourceruntime.arrivals import ArrivalWindow, Verdict
 from tests.discoverykit import Discovered, wait_past, write
 
 MAX_FILE_AGE_MS = 200
+#: Longer than the kernel's ctime granularity (a jiffy): a file written after this is newer.
+TICK = 20_000_000
 
 
 class Room:
@@ -66,31 +70,57 @@ def test_a_scan_hands_on_the_oldest_files_it_has_room_for_and_the_rest_wait(tmp_
 
 def test_a_restore_from_a_cut_taken_while_files_waited_finds_them(tmp_path):
     files = backlog(tmp_path, 12)
-    first = Discovered(tmp_path, MAX_FILE_AGE_MS, room=Room(5))
+    room = Room(5)
+    first = Discovered(tmp_path, MAX_FILE_AGE_MS, room=room)
     handed = first.scan()
+    wait_past(files[-1][0] + MAX_FILE_AGE_MS * 1_000_000)
+    room.splits = 3
+    handed += first.scan()  # past the window's age: only the files it left hold the watermark
     cut = first.discovery.snapshot()
     first.close()
-    wait_past(files[-1][0] + MAX_FILE_AGE_MS * 1_000_000)
 
     second = Discovered(tmp_path, MAX_FILE_AGE_MS, room=Room(100))
     second.discovery.restore(cut, [s["splitId"] for s in handed[:2]])  # two reached a reader
     try:
         # The cut's hand-ons are the enumerator's (its pending splits and tracker, restored
         # with it); the files that waited on disk are new.
-        assert sorted(names(second.scan())) == sorted(name for _, name in files[5:])
+        assert sorted(names(second.scan())) == sorted(name for _, name in files[8:])
     finally:
         second.close()
 
 
 def test_a_batch_scan_goes_again_until_every_file_was_handed_on(tmp_path):
+    """Its input is the files there when it first looked: none that arrived since."""
     files = backlog(tmp_path, 7)
     kit = Discovered(tmp_path, MAX_FILE_AGE_MS, interval=None, room=Room(3))
     try:
         assert len(kit.scan()) == 3 and not kit.discovery.complete
+        later = write(tmp_path / "arrived-later.csv")
+        assert later >= kit.discovery.until
         assert len(kit.scan()) == 3 and not kit.discovery.complete
         assert len(kit.scan()) == 1 and kit.discovery.complete
         assert kit.scan() == []
         assert sorted(names(kit.handed)) == sorted(name for _, name in files)
+        assert kit.discovery.metrics()["throttledScans"] == 2
+    finally:
+        kit.close()
+
+
+def test_a_file_changed_in_place_while_it_waits_is_handed_on_later(tmp_path):
+    """Left for later, a file changed in place is not learnt: the next scan hands it on."""
+    first = write(tmp_path / "a.csv")
+    room = Room(1)
+    kit = Discovered(tmp_path, MAX_FILE_AGE_MS, room=room)
+    try:
+        assert names(kit.scan()) == ["a.csv"]
+        wait_past(first + TICK)
+        wait_past(write(tmp_path / "b.csv") + TICK)  # a.csv's new ctime comes after b.csv's
+        inode = (tmp_path / "a.csv").stat().st_ino
+        write(tmp_path / "a.csv", rows=2)  # rewritten in place: its ctime moves
+        assert (tmp_path / "a.csv").stat().st_ino == inode
+        assert names(kit.scan()) == ["b.csv"]  # the older arrival; a.csv waits
+        assert names(kit.scan()) == ["a.csv"] and kit.discovery.metrics()["changed"] == 1
+        assert kit.scan() == []
     finally:
         kit.close()
 
@@ -114,4 +144,34 @@ def test_without_room_the_discovery_hands_on_every_file(tmp_path):
     try:
         assert len(kit.scan()) == 30 and kit.discovery.metrics()["heldBack"] == 0
     finally:
+        kit.close()
+
+
+def test_a_batch_scan_that_timed_out_goes_again(tmp_path, monkeypatch):
+    """A scan past its timeout is dropped unanswered: the next tick asks again, so a BATCH
+    input still ends."""
+    from engine.connectors import localfile_managed
+
+    backlog(tmp_path, 3)
+    first_call, release = threading.Event(), threading.Event()
+    real = localfile_managed.scan
+
+    def slow_once(*args):
+        if not first_call.is_set():
+            first_call.set()
+            release.wait(30)  # the stuck scan
+        return real(*args)
+
+    monkeypatch.setattr(localfile_managed, "scan", slow_once)
+    kit = Discovered(tmp_path, MAX_FILE_AGE_MS, interval=None, room=Room(100))
+    try:
+        kit.discovery.start()
+        kit.loop.step()  # the tick asks for the scan, which hangs
+        assert first_call.wait(10)
+        kit.started = True
+        kit.clock[0] += 30.0  # past the scan's timeout (the kit's scan moves it 1 s more)
+        assert kit.scan() and kit.discovery.complete  # asked again, answered
+        assert kit.loop.metrics["timeouts"] == 1
+    finally:
+        release.set()
         kit.close()

@@ -55,8 +55,8 @@ MAX_FILE_AGE_MS = 60_000
 #: Files a reader keeps open at once: the least recently read one is closed beyond this and
 #: opened again at its offset on its next turn (a storm of large files must not exhaust fds).
 MAX_OPEN_FILES = 8
-#: A BATCH job's one scan, when it left files for later, goes again this often (s) until it
-#: handed every file on.
+#: A BATCH job's scan goes again this often (s) until one left no file for later (or while
+#: one failed or timed out).
 RETRY_FULL = 1.0
 #: What a scan hands on.
 HANDED_ON = frozenset({Verdict.NEW, Verdict.REPLACED, Verdict.CHANGED})
@@ -116,11 +116,12 @@ def scan(
     watermark: int | None,
     known: Mapping[str, tuple[int | None, int]],
     limit: int | None = None,
+    until: int | None = None,
 ) -> Listing:
-    """The files under ``root`` (or ``root`` itself, a file) at or above ``watermark`` that
-    ``known`` (path -> inode, ctime) does not hold as they are, in order; past ``limit`` of
-    them, the oldest ``limit`` (and the oldest ctime of the rest). Runs on a worker of the
-    shared pool: it reads only its arguments."""
+    """The files under ``root`` (or ``root`` itself, a file) at or above ``watermark`` (and
+    below ``until``) that ``known`` (path -> inode, ctime) does not hold as they are, in order;
+    past ``limit`` of them, the oldest ``limit`` (and the oldest ctime of the rest). Runs on a
+    worker of the shared pool: it reads only its arguments."""
     started = time.time_ns()
     found, older = [], 0
     single = root.is_file()
@@ -133,6 +134,8 @@ def scan(
         if watermark is not None and stat.st_ctime_ns < watermark:
             older += 1
             continue
+        if until is not None and stat.st_ctime_ns >= until:
+            continue  # after a BATCH job's input
         name = path.relative_to(base).as_posix()
         if known.get(name) != (stat.st_ino, stat.st_ctime_ns):
             found.append(Found(name, str(path), stat.st_ctime_ns, stat.st_ino, stat.st_size))
@@ -168,6 +171,8 @@ class FileDiscovery(Discovery):
         self.window = ArrivalWindow(max_age_ms * 1_000_000)
         self.failures = self.scans = self.older = self.replaced = self.changed = 0
         self.held_back = 0  # new files the latest scan left for a later one
+        self.throttled = 0  # scans that left new files for a later one
+        self.until: int | None = None  # a BATCH job's: the ctime its input ends before
 
     def _room(self) -> int | None:
         return None if self.room is None else max(self.room(), 0)
@@ -176,39 +181,36 @@ class FileDiscovery(Discovery):
         self.loop.schedule_in_coordinator_thread("discovery-tick", 0, self._tick)
 
     def _tick(self) -> None:
+        """A scan, unless the enumerator is full; the next tick follows at the interval (a
+        BATCH job's until its scan left nothing: a scan that failed or timed out goes again)."""
+        if self.complete:
+            return
+        self.loop.schedule_in_coordinator_thread("discovery-tick", self._every, self._tick)
         if self._room() == 0:  # full: nothing a scan found could be handed on
-            self.loop.schedule_in_coordinator_thread("discovery-tick", self._every, self._tick)
             return
         # The scan's input, immutable, taken on the loop.
         known, watermark, limit = self.window.frozen(), self.window.watermark, self._room()
-        config = dict(self.source.config)
+        config, until = dict(self.source.config), self.until
         self.loop.call_async(
-            "discovery", lambda: scan(self.root, config, watermark, known, limit), self._found
+            "discovery",
+            lambda: scan(self.root, config, watermark, known, limit, until),
+            self._found,
         )
-        if self.interval is not None:
-            self.loop.schedule_in_coordinator_thread("discovery-tick", self.interval, self._tick)
 
     @property
     def _every(self) -> float:
-        """A full enumerator's next look: the scan interval, or a BATCH job's one scan retried
-        each second until every file was handed on."""
         return self.interval if self.interval is not None else RETRY_FULL
 
     def _found(self, listing: Listing | None, error: BaseException | None) -> None:
         if error is not None:
             self.failures += 1  # the next tick scans again
-            if self.interval is None:
-                self.loop.schedule_in_coordinator_thread("discovery-tick", 1.0, self._tick)
             return
-        # Judged against the window as it is now: a coalesced scan was asked with an older one.
-        arrivals, older = [], listing.older
-        for found in listing.found:
-            verdict = self.window.peek(found.name, found.ctime, found.inode)
-            if verdict in HANDED_ON:
-                arrivals.append(found)
-            else:
-                self.window.judge(found.name, found.ctime, found.inode)
-                older += verdict == Verdict.OLDER
+        if self.complete:
+            return  # a BATCH job's scan asked before its input was complete
+        batch = self.interval is None
+        if batch and self.until is None:
+            self.until = listing.started  # its input: the files there when it first looked
+        arrivals, older = self._arrivals(listing)
         held, room, waiting = listing.held, self._room(), len(arrivals)
         if room is not None and len(arrivals) > room:  # the oldest go now, the rest wait
             arrivals.sort(key=oldest_first)
@@ -225,17 +227,32 @@ class FileDiscovery(Discovery):
         self.window.advance(listing.started, held)
         self.scans, self.older = self.scans + 1, older
         self.held_back = listing.left + waiting - len(arrivals)
-        if self.interval is None:
-            # Complete once a scan left nothing for later (before the hand-on: the enumerator
-            # may end the input there); else the next scan goes once there is room.
-            self.complete = held is None
-            if held is not None:
-                self.loop.schedule_in_coordinator_thread("discovery-tick", RETRY_FULL, self._tick)
+        self.throttled += held is not None
+        # A BATCH input is complete once a scan left nothing for later (before the hand-on:
+        # the enumerator may end the input there).
+        self.complete = batch and held is None
         if new:
             self.on_new(new)
 
+    def _arrivals(self, listing: Listing) -> tuple[list[Found], int]:
+        """The files of ``listing`` to hand on, judged against the window as it is now (a
+        coalesced scan was asked with an older one) but not learnt yet, and the count of files
+        below the watermark. A BATCH job leaves out what arrived after its first look."""
+        arrivals, older = [], listing.older
+        for found in listing.found:
+            if self.until is not None and found.ctime >= self.until:
+                continue
+            verdict = self.window.peek(found.name, found.ctime, found.inode)
+            if verdict in HANDED_ON:
+                arrivals.append(found)
+            else:
+                self.window.judge(found.name, found.ctime, found.inode)
+                older += verdict == Verdict.OLDER
+        return arrivals, older
+
     def snapshot(self) -> dict:
-        return self.window.to_json()
+        window = self.window.to_json()
+        return window if self.until is None else {**window, "until": self.until}
 
     def restore(self, state: KnownState, handed_on: Iterable[str] = ()) -> None:
         """The cut's window (a list: the earlier form, split ids), and the splits the readers
@@ -243,6 +260,7 @@ class FileDiscovery(Discovery):
         margin = self.window.margin
         if isinstance(state, dict):
             self.window = ArrivalWindow.from_json(state, margin)
+            self.until = state.get("until")
         else:
             self.window = ArrivalWindow(margin)
             handed_on = [*(state or ()), *handed_on]
@@ -255,8 +273,8 @@ class FileDiscovery(Discovery):
         """Counts for the enumerator's report: files known (the window), scans and failed ones,
         files the latest scan left below the watermark, files replaced under a known name,
         known inodes under a newer ctime (changed in place, or a reused inode), handed on
-        again, and new files the latest scan left on disk for a later one (the enumerator's
-        pending splits were at their bound)."""
+        again, new files the latest scan left on disk for a later one (the enumerator's
+        pending splits were at their bound), and the scans that left some."""
         watermark = self.window.watermark
         return {
             "known": len(self.window.entries),
@@ -267,6 +285,7 @@ class FileDiscovery(Discovery):
             "changed": self.changed,
             "compacted": self.window.compacted,
             "heldBack": self.held_back,
+            "throttledScans": self.throttled,
             "watermarkLagMs": None if watermark is None else (time.time_ns() - watermark) // 10**6,
         }
 

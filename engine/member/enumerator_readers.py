@@ -97,7 +97,7 @@ class ReaderRegistration:
     expected: dict[int, Target]  # each reader's attempt as the database had it, or newer
     targets: dict[int, Target]  # registered attempts
     ready: set[int]  # readers whose registration confirmation was admitted
-    pending: list[str]
+    pending: deque[str]
     splits: dict[str, dict]  # descriptions of pending and tracked splits
     completed_upto: int
     epoch: int
