@@ -446,8 +446,7 @@ def _positive(name: str, default: str) -> int:
     return _count(name, default, minimum=1)
 
 
-#: The managed Source runtime's bounds (the design's initial defaults): option (under
-#: ``source-runtime.``), how it is read, default; env: ``KEEL_SOURCE_RUNTIME_`` + OPTION.
+#: The managed Source runtime's bounds: (option under ``source-runtime.``, how read, default).
 SOURCE_RUNTIME_BOUNDS = (
     ("mailbox.max-commands", _positive, "1024"),
     ("mailbox.max-bytes", _bytes, "4MiB"),
@@ -468,6 +467,7 @@ SOURCE_RUNTIME_BOUNDS = (
     ("tracker.max-entries", _positive, "100000"),
     ("tracker.max-bytes", _bytes, "64MiB"),
     ("discovery.max-pending", _positive, "10000"),  # new files waiting for a reader
+    ("assignment.max-reader-splits", _positive, "1000"),  # held by a reader that reports
 )
 for _option, _read, _default in SOURCE_RUNTIME_BOUNDS:
     _env = "KEEL_SOURCE_RUNTIME_" + re.sub(r"[.-]", "_", _option).upper()

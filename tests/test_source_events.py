@@ -58,6 +58,34 @@ def test_new_files_go_to_the_reader_with_the_smallest_backlog():
     assert task.backlogs.view(1) == (10 * 1000, 10)  # assigned since its report
 
 
+def test_a_reader_at_its_bound_gets_nothing_until_it_reports_fewer():
+    """A backlog waits in the enumerator's pending splits, not in a reader's state."""
+    task, outbox = enumerator(readers=2, batch=False)
+    task.backlogs.max_files = 3
+    event(task, 0, files=3, size=300)  # at its bound
+    event(task, 1, files=1, size=100)
+    found = [{"splitId": f"file:f{i}", "path": f"/f{i}", "bytes": 100} for i in range(7)]
+    task.discovery = FixedSplits(task.loop, task._on_new, found)
+    task.discovery.start()
+    run_loop(task)
+
+    def readers() -> list[str]:
+        return [q.rsplit(".", 1)[-1] for t, a, q in outbox.sent if t != TASK_SOURCE_ACK]
+
+    assert readers() == ["worker-1", "worker-1"]  # up to its bound of 3
+    assert len(task.pending) == 5 and task.backlogs.metrics()["full"] >= 1
+    event(task, 1, files=3, size=300)  # still at its bound: nothing moves
+    assert len(readers()) == 2
+    event(task, 0, files=0, size=0)  # reader 0 read its files: room for 3
+    assert readers()[2:] == ["worker-0"] * 3 and len(task.pending) == 2
+
+
+def test_a_reader_that_never_reports_is_not_bounded():
+    task, outbox = enumerator(readers=2, batch=False)
+    task.backlogs.max_files = 1
+    assert assigned_to(task, outbox, 6) == [0, 1, 0, 1, 0, 1]
+
+
 def test_ties_and_readers_without_a_report_go_round_robin():
     task, outbox = enumerator(readers=2, batch=False)
     assert assigned_to(task, outbox, 4) == [0, 1, 0, 1]  # no report at all
@@ -79,7 +107,13 @@ def test_an_event_of_a_stale_attempt_or_epoch_is_ignored_and_counted():
     event(task, 1, files=0, size=0)
     event(task, 7, files=0, size=0)  # not a registered reader
     task._on_ack({"kind": SOURCE_EVENT, "reader": 1, "attempt": EPOCH, "epoch": EPOCH})
-    assert task.backlogs.metrics() == {"received": 1, "stale": 3, "invalid": 1, "byBacklog": 0}
+    assert task.backlogs.metrics() == {
+        "received": 1,
+        "stale": 3,
+        "invalid": 1,
+        "byBacklog": 0,
+        "full": 0,
+    }
     assert assigned_to(task, outbox, 2) == [0, 1]  # reader 0 has no report: round-robin
 
 

@@ -27,6 +27,7 @@ DESIGN_DEFAULTS = {
     "tracker.max-entries": 100_000,
     "tracker.max-bytes": 64 * 1024**2,
     "discovery.max-pending": 10_000,  # Keel's: new files waiting for a reader
+    "assignment.max-reader-splits": 1000,  # Keel's: held by a reader that reports its backlog
 }
 
 

@@ -11,6 +11,11 @@ between reports the splits assigned to the reader since are added to it (their `
 their description has them). A split goes to the reader with the smallest backlog (bytes, then
 files) among those with room in their send window, once every one of them has reported; ties,
 and readers without a report, go round-robin, as without events.
+
+A reader whose report plus the splits assigned to it since reaches
+``source-runtime.assignment.max-reader-splits`` gets no more until a report says it holds
+fewer: a backlog waits in the enumerator's pending splits (bounded, with the rest on disk),
+not in a reader's state and snapshots. A reader that never reports is not bounded by it.
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ class Backlog:
 
 
 class ReaderBacklogs:
-    def __init__(self) -> None:
+    def __init__(self, max_files: int | None = None) -> None:
+        self.max_files = max_files  # a reporting reader's bound on the splits it holds
         self.reported: dict[int, Backlog] = {}  # by reader index: its newest report
         self.since: dict[int, Backlog] = {}  # assigned to it since that report
-        #: received (applied), stale, invalid, and splits whose reader the backlogs chose
-        #: (``byBacklog``: other than the round-robin turn's)
+        #: received (applied), stale, invalid, splits whose reader the backlogs chose
+        #: (``byBacklog``: other than the round-robin turn's), and assignment passes that
+        #: stopped with every reader with window room at its bound (``full``)
         self.counts: Counter[str] = Counter()
 
     def event(self, index: int, event: object, current: bool) -> None:
@@ -57,6 +64,13 @@ class ReaderBacklogs:
             since.files += 1
             since.bytes += size if isinstance(size, int) else 0
 
+    def full(self, index: int) -> bool:
+        """Whether the reader holds its bound already (as far as its report and the splits
+        assigned to it since say)."""
+        if self.max_files is None or index not in self.reported:
+            return False
+        return self.reported[index].files + self.since[index].files >= self.max_files
+
     def choose(self, candidates: list[int]) -> int:
         """The reader for the next split: ``candidates`` (with room) in round-robin order."""
         if len(candidates) < 2 or any(c not in self.reported for c in candidates):
@@ -77,5 +91,6 @@ class ReaderBacklogs:
 
     def metrics(self) -> dict:
         return {
-            key: self.counts.get(key, 0) for key in ("received", "stale", "invalid", "byBacklog")
+            key: self.counts.get(key, 0)
+            for key in ("received", "stale", "invalid", "byBacklog", "full")
         }

@@ -128,6 +128,7 @@ class ReaderRegistration:
             current = target is not None and target.attempt == message.get("attempt")
             current = current and message.get("epoch") == self.epoch
             self.backlogs.event(message.get("reader"), message.get("event"), current)
+            self._assign()  # a reader at its bound may have room again
         else:
             return False
         return True

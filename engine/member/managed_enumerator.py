@@ -127,7 +127,7 @@ class ManagedEnumeratorTask(ReaderRegistration):
         self.admission_latency = LatencyHistogram()
         self.discovery = None
         self.in_flight: Counter[int] = Counter()  # assignments sent to a reader, not admitted
-        self.backlogs = ReaderBacklogs()  # what the readers' SOURCE_EVENTs report
+        self.backlogs = ReaderBacklogs(engine["source-runtime.assignment.max-reader-splits"])
         self.batch, self.checkpointing = False, True
         self.runtime_id, self.reply = "", []
 
@@ -276,6 +276,10 @@ class ManagedEnumeratorTask(ReaderRegistration):
             split_id = self.pending[0]
             turns = [readers[(self.turn + n) % len(readers)] for n in range(len(readers))]
             room = [r for r in turns if self.in_flight[r] < SEND_WINDOW]
+            if room and all(self.backlogs.full(r) for r in room):
+                self.backlogs.counts["full"] += 1  # their next reports open them again
+                break
+            room = [r for r in room if not self.backlogs.full(r)]
             if not room:
                 break  # every reader's window is full: admissions open it again
             index = self.backlogs.choose(room)  # the smallest backlog reported, or the turn's
