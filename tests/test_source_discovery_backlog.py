@@ -7,6 +7,7 @@ file there at its first look, and only then is its discovery complete."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -95,8 +96,8 @@ def test_a_batch_scan_goes_again_until_every_file_was_handed_on(tmp_path):
     kit = Discovered(tmp_path, MAX_FILE_AGE_MS, interval=None, room=Room(3))
     try:
         assert len(kit.scan()) == 3 and not kit.discovery.complete
-        later = write(tmp_path / "arrived-later.csv")
-        assert later >= kit.discovery.until
+        wait_past(kit.discovery.until + TICK)
+        write(tmp_path / "arrived-later.csv")
         assert len(kit.scan()) == 3 and not kit.discovery.complete
         assert len(kit.scan()) == 1 and kit.discovery.complete
         assert kit.scan() == []
@@ -172,6 +173,78 @@ def test_a_batch_scan_that_timed_out_goes_again(tmp_path, monkeypatch):
         kit.clock[0] += 30.0  # past the scan's timeout (the kit's scan moves it 1 s more)
         assert kit.scan() and kit.discovery.complete  # asked again, answered
         assert kit.loop.metrics["timeouts"] == 1
+    finally:
+        release.set()
+        kit.close()
+
+
+def test_a_batch_input_keeps_a_waiting_file_whose_ctime_moved(tmp_path):
+    """A chmod (or a new link) moves a file's ctime, not its mtime: it was there all along."""
+    files = backlog(tmp_path, 3)
+    kit = Discovered(tmp_path, MAX_FILE_AGE_MS, interval=None, room=Room(1))
+    try:
+        assert len(kit.scan()) == 1
+        wait_past(kit.discovery.until + TICK)
+        os.chmod(tmp_path / files[-1][1], 0o600)
+        assert (tmp_path / files[-1][1]).stat().st_ctime_ns >= kit.discovery.until
+        while not kit.discovery.complete:
+            assert kit.scan(), "a scan handed nothing on"
+        assert sorted(names(kit.handed)) == sorted(name for _, name in files)
+    finally:
+        kit.close()
+
+
+def test_a_restored_batch_discovery_keeps_its_input(tmp_path):
+    """Its first look's bound is in its snapshot: a restore takes no file that came later."""
+    files = backlog(tmp_path, 4)
+    first = Discovered(tmp_path, MAX_FILE_AGE_MS, interval=None, room=Room(2))
+    handed = first.scan()
+    cut = first.discovery.snapshot()
+    first.close()
+    assert cut["until"] == first.discovery.until
+    wait_past(cut["until"] + TICK)
+    write(tmp_path / "arrived-later.csv")
+
+    second = Discovered(tmp_path, MAX_FILE_AGE_MS, interval=None, room=Room(100))
+    second.discovery.restore(cut, [s["splitId"] for s in handed])
+    try:
+        assert sorted(names(second.scan())) == sorted(name for _, name in files[2:])
+        assert second.discovery.complete
+    finally:
+        second.close()
+
+
+def test_a_batch_scan_answered_after_its_input_ended_hands_nothing_on(tmp_path, monkeypatch):
+    """A tick's ask while a slow scan ran is run after it (coalesced): once the input ended,
+    what it finds is not handed on (here a file copied in with its old times kept)."""
+    from engine.connectors import localfile_managed
+
+    files = backlog(tmp_path, 2)
+    entered, release = threading.Event(), threading.Event()
+    real = localfile_managed.scan
+
+    def slow_first(*args):
+        listing = real(*args)
+        if not entered.is_set():
+            entered.set()
+            release.wait(30)  # listed, not answered yet
+        return listing
+
+    monkeypatch.setattr(localfile_managed, "scan", slow_first)
+    kit = Discovered(tmp_path, MAX_FILE_AGE_MS, interval=None, room=Room(100))
+    try:
+        kit.discovery.start()
+        kit.loop.step()  # the first scan, held once it listed
+        assert entered.wait(10)
+        kit.clock[0] += 1.0
+        kit.loop.step()  # the next tick's ask waits behind it
+        old = write(tmp_path / "copied-in.csv") - 10**12
+        os.utime(tmp_path / "copied-in.csv", ns=(old, old))  # as cp -p leaves it
+        release.set()
+        kit.started = True
+        assert sorted(names(kit.scan())) == sorted(name for _, name in files)
+        assert kit.discovery.complete and kit.loop.metrics["coalesced"] >= 1
+        assert len(kit.handed) == 2
     finally:
         release.set()
         kit.close()

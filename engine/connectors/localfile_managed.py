@@ -5,8 +5,8 @@ Discovery lists the directory on the shared engine pool with an immutable input 
 files known, frozen when the scan is asked for, and its watermark); its result comes back to
 the coordinator loop, fenced by epoch, and only there are new files remembered and handed on as
 splits (ownership by split id). Scans repeat at a fixed delay (``file.discovery.interval``), one
-at a time (COALESCE_ONE); without the option there is one scan, and a BATCH job's input ends
-with the files it found.
+at a time (COALESCE_ONE); without the option, a BATCH job's input is the files there at its
+first scan.
 
 What is remembered is bounded by the arrival rate, not by the files ever seen
 (``engine.sourceruntime.arrivals``): a file's arrival stamp is its ctime, its identity its
@@ -73,6 +73,12 @@ class Found:
     ctime: int
     inode: int
     size: int = 0  # bytes: the split's, for its reader's backlog (localfile_backlog)
+    mtime: int | None = None  # ns
+
+    @property
+    def arrived(self) -> int:
+        """When it was there at the latest (a chmod moves its ctime, not its mtime)."""
+        return self.ctime if self.mtime is None else min(self.ctime, self.mtime)
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,7 @@ class Listing:
     older: int  # files left out below the watermark
     held: int | None = None  # the oldest ctime among files left out past the scan's limit
     left: int = 0  # how many it left out so
+    newest: int | None = None  # the latest ``arrived`` of the files found
 
 
 def split_for(found: Found) -> dict:
@@ -118,10 +125,10 @@ def scan(
     limit: int | None = None,
     until: int | None = None,
 ) -> Listing:
-    """The files under ``root`` (or ``root`` itself, a file) at or above ``watermark`` (and
-    below ``until``) that ``known`` (path -> inode, ctime) does not hold as they are, in order;
-    past ``limit`` of them, the oldest ``limit`` (and the oldest ctime of the rest). Runs on a
-    worker of the shared pool: it reads only its arguments."""
+    """The files under ``root`` (or ``root`` itself) at or above ``watermark`` (there before
+    ``until``) that ``known`` (path -> inode, ctime) does not hold as they are, in order; past
+    ``limit`` of them, the oldest ``limit`` (and the oldest ctime of the rest). Runs on a worker
+    of the shared pool: it reads only its arguments."""
     started = time.time_ns()
     found, older = [], 0
     single = root.is_file()
@@ -134,21 +141,28 @@ def scan(
         if watermark is not None and stat.st_ctime_ns < watermark:
             older += 1
             continue
-        if until is not None and stat.st_ctime_ns >= until:
+        if until is not None and min(stat.st_ctime_ns, stat.st_mtime_ns) >= until:
             continue  # after a BATCH job's input
         name = path.relative_to(base).as_posix()
         if known.get(name) != (stat.st_ino, stat.st_ctime_ns):
-            found.append(Found(name, str(path), stat.st_ctime_ns, stat.st_ino, stat.st_size))
+            found.append(
+                Found(
+                    name, str(path), stat.st_ctime_ns, stat.st_ino, stat.st_size, stat.st_mtime_ns
+                )
+            )
+    newest = max((f.arrived for f in found), default=None)
     if limit is not None and len(found) > limit:
         found.sort(key=oldest_first)
-        return Listing(started, tuple(found[:limit]), older, found[limit].ctime, len(found) - limit)
-    return Listing(started, tuple(found), older)
+        cut, left = found[limit].ctime, len(found) - limit
+        return Listing(started, tuple(found[:limit]), older, cut, left, newest)
+    return Listing(started, tuple(found), older, newest=newest)
 
 
 class FileDiscovery(Discovery):
     """New files in the source's directory, by scans on the shared pool: at a fixed delay of
-    ``interval`` seconds (``file.discovery.interval``), or once when it is None (then the
-    discovery is complete after its first scan). Remembers the files that arrived within
+    ``interval`` seconds (``file.discovery.interval``); when it is None (a BATCH job), every
+    second until a scan handed on every file there at its first scan, and then it is complete
+    (and scans no more). Remembers the files that arrived within
     ``file.discovery.max-file-age`` of its latest scan.
 
     ``room``: how many more splits the enumerator takes now (its pending splits' bound less
@@ -172,7 +186,7 @@ class FileDiscovery(Discovery):
         self.failures = self.scans = self.older = self.replaced = self.changed = 0
         self.held_back = 0  # new files the latest scan left for a later one
         self.throttled = 0  # scans that left new files for a later one
-        self.until: int | None = None  # a BATCH job's: the ctime its input ends before
+        self.until: int | None = None  # a BATCH job's: its input arrived before it (ns)
 
     def _room(self) -> int | None:
         return None if self.room is None else max(self.room(), 0)
@@ -189,13 +203,9 @@ class FileDiscovery(Discovery):
         if self._room() == 0:  # full: nothing a scan found could be handed on
             return
         # The scan's input, immutable, taken on the loop.
-        known, watermark, limit = self.window.frozen(), self.window.watermark, self._room()
-        config, until = dict(self.source.config), self.until
-        self.loop.call_async(
-            "discovery",
-            lambda: scan(self.root, config, watermark, known, limit, until),
-            self._found,
-        )
+        args = (dict(self.source.config), self.window.watermark, self.window.frozen())
+        limit, until = self._room(), self.until
+        self.loop.call_async("discovery", lambda: scan(self.root, *args, limit, until), self._found)
 
     @property
     def _every(self) -> float:
@@ -209,7 +219,9 @@ class FileDiscovery(Discovery):
             return  # a BATCH job's scan asked before its input was complete
         batch = self.interval is None
         if batch and self.until is None:
-            self.until = listing.started  # its input: the files there when it first looked
+            # Its input: the files there when it first looked, all of that listing's (a file
+            # server's clock may run ahead of ours).
+            self.until = max(listing.started, (listing.newest or 0) + 1)
         arrivals, older = self._arrivals(listing)
         held, room, waiting = listing.held, self._room(), len(arrivals)
         if room is not None and len(arrivals) > room:  # the oldest go now, the rest wait
@@ -237,10 +249,11 @@ class FileDiscovery(Discovery):
     def _arrivals(self, listing: Listing) -> tuple[list[Found], int]:
         """The files of ``listing`` to hand on, judged against the window as it is now (a
         coalesced scan was asked with an older one) but not learnt yet, and the count of files
-        below the watermark. A BATCH job leaves out what arrived after its first look."""
+        below the watermark. A BATCH job leaves out what arrived after its first look (both
+        its ctime and mtime later)."""
         arrivals, older = [], listing.older
         for found in listing.found:
-            if self.until is not None and found.ctime >= self.until:
+            if self.until is not None and found.arrived >= self.until:
                 continue
             verdict = self.window.peek(found.name, found.ctime, found.inode)
             if verdict in HANDED_ON:
@@ -260,7 +273,7 @@ class FileDiscovery(Discovery):
         margin = self.window.margin
         if isinstance(state, dict):
             self.window = ArrivalWindow.from_json(state, margin)
-            self.until = state.get("until")
+            self.until = state.get("until") if self.interval is None else None
         else:
             self.window = ArrivalWindow(margin)
             handed_on = [*(state or ()), *handed_on]
