@@ -248,3 +248,22 @@ def test_a_batch_scan_answered_after_its_input_ended_hands_nothing_on(tmp_path, 
     finally:
         release.set()
         kit.close()
+
+
+def test_a_scan_keeps_the_oldest_files_of_its_limit_whatever_the_directory(tmp_path):
+    """It walks the directory holding at most about twice its limit: the oldest ``limit``, the
+    oldest ctime of the rest and how many they were; without a limit, every file in name
+    order."""
+    from engine.connectors.localfile_scan import TRIM_SLACK, scan
+    from tests.discoverykit import source_in
+
+    files = backlog(tmp_path, 2 * 5 + TRIM_SLACK + 100)  # trimmed on the way
+    config = source_in(tmp_path).config
+    listing = scan(tmp_path, config, None, {}, limit=5)
+    assert [f.name for f in listing.found] == [name for _, name in files[:5]]
+    assert (listing.held, listing.left) == (files[5][0], len(files) - 5)
+    stats = [(tmp_path / name).stat() for _, name in files]
+    assert listing.newest == max(min(s.st_ctime_ns, s.st_mtime_ns) for s in stats)
+    everything = scan(tmp_path, config, None, {})
+    assert [f.name for f in everything.found] == sorted(name for _, name in files)
+    assert (everything.held, everything.left) == (None, 0)

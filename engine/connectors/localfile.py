@@ -366,31 +366,31 @@ def _skipping(batches: Iterator[pa.RecordBatch], count: int) -> Iterator[pa.Reco
 
 
 def _files(directory: Path, config: dict) -> list[Path]:
-    """The files under ``directory`` (partition directories included), in name order: as
-    SeaTunnel lists them, hidden ones (Keel's staging directory too), empty ones and Hadoop's
-    ``_SUCCESS`` markers left out, matching ``file_filter_pattern`` if set, and with
-    ``read_partitions`` only those whose path holds one of them."""
+    """``walk_files`` in name order, as SeaTunnel lists them."""
+    return sorted(walk_files(directory, config))
+
+
+def walk_files(directory: Path, config: dict) -> Iterator[Path]:
+    """The files under ``directory`` (partition directories included), one at a time (a scan
+    of a large directory holds none of it): hidden ones (Keel's staging directory too), empty
+    ones and Hadoop's ``_SUCCESS`` markers left out, matching ``file_filter_pattern`` if set,
+    and with ``read_partitions`` only those whose path holds one of them."""
     pattern = (
         re.compile(config.get("file_filter_pattern")) if config.get("file_filter_pattern") else None
     )
     partitions = [str(p) for p in config.get("read_partitions") or []]
-    found = []
     for root, dirs, names in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in names:
+            path = Path(root) / name
             if name.startswith(".") or name == "_SUCCESS" or (pattern and not pattern.search(name)):
                 continue
-            if partitions and not any(p in str(Path(root) / name) for p in partitions):
+            if partitions and not any(p in str(path) for p in partitions):
                 continue
-            if os.path.getsize(Path(root) / name) == 0:
+            if os.path.getsize(path) == 0:
                 continue
             # A link is followed only to a file inside the roots (Refused names it otherwise).
-            found.append(
-                resolve_file_path(str(Path(root) / name))
-                if os.path.islink(Path(root) / name)
-                else Path(root) / name
-            )
-    return sorted(found)
+            yield resolve_file_path(str(path)) if os.path.islink(path) else path
 
 
 # -- values as the row path converts them (schema.convert), a column at a time ---------------------

@@ -24,7 +24,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,10 +33,11 @@ import pyarrow as pa
 from engine.connectors.batches import limits as batch_limits
 from engine.connectors.boundaries import resolve_file_path
 from engine.connectors.fileformats import ARROW_FAILURES
-from engine.connectors.localfile import LocalFileSource, _files
+from engine.connectors.localfile import LocalFileSource
 from engine.connectors.localfile_backlog import FileBacklog
 from engine.connectors.localfile_columns import OPTION as SCHEMA_CHANGES
 from engine.connectors.localfile_columns import added_columns
+from engine.connectors.localfile_scan import Found, Listing, oldest_first, scan
 from engine.connectors.schema import Schema
 from engine.sourceruntime.arrivals import ArrivalWindow, Verdict
 from engine.sourceruntime.choices import PollStatus
@@ -64,33 +65,6 @@ HANDED_ON = frozenset({Verdict.NEW, Verdict.REPLACED, Verdict.CHANGED})
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Found:
-    """A file a scan found: its path under the directory, its ctime (ns) and inode."""
-
-    name: str
-    path: str
-    ctime: int
-    inode: int
-    size: int = 0  # bytes: the split's, for its reader's backlog (localfile_backlog)
-    mtime: int | None = None  # ns
-
-    @property
-    def arrived(self) -> int:
-        """When it was there at the latest (a chmod moves its ctime, not its mtime)."""
-        return self.ctime if self.mtime is None else min(self.ctime, self.mtime)
-
-
-@dataclass(frozen=True)
-class Listing:
-    started: int  # ns, taken before the directory was listed
-    found: tuple[Found, ...]  # at or above the watermark, and not known as they are
-    older: int  # files left out below the watermark
-    held: int | None = None  # the oldest ctime among files left out past the scan's limit
-    left: int = 0  # how many it left out so
-    newest: int | None = None  # the latest ``arrived`` of the files found
-
-
 def split_for(found: Found) -> dict:
     split_id = f"file:{found.name}@{found.ctime}:{found.inode}"
     return {
@@ -111,51 +85,6 @@ def arrival_of(split_id: str) -> tuple[str, int, int | None] | None:
     if name and ctime.isdigit() and inode.isdigit():
         return name, int(ctime), int(inode)
     return split_id[len("file:") :], 0, None
-
-
-def oldest_first(found: Found) -> tuple[int, str]:
-    return found.ctime, found.name
-
-
-def scan(
-    root: Path,
-    config: dict,
-    watermark: int | None,
-    known: Mapping[str, tuple[int | None, int]],
-    limit: int | None = None,
-    until: int | None = None,
-) -> Listing:
-    """The files under ``root`` (or ``root`` itself) at or above ``watermark`` (there before
-    ``until``) that ``known`` (path -> inode, ctime) does not hold as they are, in order; past
-    ``limit`` of them, the oldest ``limit`` (and the oldest ctime of the rest). Runs on a worker
-    of the shared pool: it reads only its arguments."""
-    started = time.time_ns()
-    found, older = [], 0
-    single = root.is_file()
-    base = root.parent if single else root
-    for path in [root] if single else _files(root, config):
-        try:
-            stat = path.stat()
-        except FileNotFoundError:
-            continue  # gone since it was listed
-        if watermark is not None and stat.st_ctime_ns < watermark:
-            older += 1
-            continue
-        if until is not None and min(stat.st_ctime_ns, stat.st_mtime_ns) >= until:
-            continue  # after a BATCH job's input
-        name = path.relative_to(base).as_posix()
-        if known.get(name) != (stat.st_ino, stat.st_ctime_ns):
-            found.append(
-                Found(
-                    name, str(path), stat.st_ctime_ns, stat.st_ino, stat.st_size, stat.st_mtime_ns
-                )
-            )
-    newest = max((f.arrived for f in found), default=None)
-    if limit is not None and len(found) > limit:
-        found.sort(key=oldest_first)
-        cut, left = found[limit].ctime, len(found) - limit
-        return Listing(started, tuple(found[:limit]), older, cut, left, newest)
-    return Listing(started, tuple(found), older, newest=newest)
 
 
 class FileDiscovery(Discovery):
