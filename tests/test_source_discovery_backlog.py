@@ -250,16 +250,26 @@ def test_a_batch_scan_answered_after_its_input_ended_hands_nothing_on(tmp_path, 
         kit.close()
 
 
-def test_a_scan_keeps_the_oldest_files_of_its_limit_whatever_the_directory(tmp_path):
+def test_a_scan_keeps_the_oldest_files_of_its_limit_whatever_the_directory(tmp_path, monkeypatch):
     """It walks the directory holding at most about twice its limit: the oldest ``limit``, the
     oldest ctime of the rest and how many they were; without a limit, every file in name
     order."""
+    from engine.connectors import localfile_scan
     from engine.connectors.localfile_scan import TRIM_SLACK, scan
     from tests.discoverykit import source_in
 
     files = backlog(tmp_path, 2 * 5 + TRIM_SLACK + 100)  # trimmed on the way
     config = source_in(tmp_path).config
+    held: list[int] = []
+    trim = localfile_scan.Cut.trim
+
+    def measured(cut, found, final=False):
+        held.append(len(found))
+        return trim(cut, found, final)
+
+    monkeypatch.setattr(localfile_scan.Cut, "trim", measured)
     listing = scan(tmp_path, config, None, {}, limit=5)
+    assert max(held) == 2 * 5 + TRIM_SLACK + 1  # never the whole directory
     assert [f.name for f in listing.found] == [name for _, name in files[:5]]
     assert (listing.held, listing.left) == (files[5][0], len(files) - 5)
     stats = [(tmp_path / name).stat() for _, name in files]

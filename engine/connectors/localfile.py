@@ -371,10 +371,10 @@ def _files(directory: Path, config: dict) -> list[Path]:
 
 
 def walk_files(directory: Path, config: dict) -> Iterator[Path]:
-    """The files under ``directory`` (partition directories included), one at a time (a scan
-    of a large directory holds none of it): hidden ones (Keel's staging directory too), empty
-    ones and Hadoop's ``_SUCCESS`` markers left out, matching ``file_filter_pattern`` if set,
-    and with ``read_partitions`` only those whose path holds one of them."""
+    """The files under ``directory`` (partition directories included), one at a time (one
+    directory's names at once, not a path per file): hidden ones (Keel's staging directory
+    too), empty ones and ``_SUCCESS`` markers left out, matching ``file_filter_pattern`` if
+    set, and with ``read_partitions`` only those whose path holds one of them."""
     pattern = (
         re.compile(config.get("file_filter_pattern")) if config.get("file_filter_pattern") else None
     )

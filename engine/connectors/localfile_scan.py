@@ -1,8 +1,8 @@
 """Listing a LocalFile source's directory for the managed enumerator's discovery: the files
 not known yet, each with its ctime, inode, size and mtime. A scan runs on the coordinator's
 shared pool and reads only its arguments; it walks the directory one file at a time and keeps
-at most about twice its limit of files (the oldest), so a directory of any size costs it
-little memory beyond its limit."""
+at most about twice its limit of files (the oldest): beyond that, a large directory costs it
+one directory's names at a time (``os.walk``), not a path and a record per file."""
 
 from __future__ import annotations
 
