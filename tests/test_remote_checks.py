@@ -4,11 +4,15 @@ not planned in the web process instead); jobs that connect to nothing are planne
 
 from __future__ import annotations
 
+import json
 import signal
+import threading
 
 import psycopg
 import pytest
+import redis
 
+from engine.protocol import CONTROL_QUEUE, TASK_PLAN_JOB
 from tests.clusterkit import Cluster, wait_for
 from tests.test_jobs_cluster import data_db
 
@@ -48,3 +52,27 @@ def test_connection_checks_run_in_a_worker(db_template, data_db):
             c.signal("worker-1", signal.SIGCONT)
         # Woken, it answers again (the request sent while it was frozen has expired).
         wait_for(lambda: c.post("/api/v1/jobs", jdbc("dst"))[0] == 201, 30, what="a 201")
+
+        # A worker that takes the plan's message and dies never answers it: the web process
+        # asks again, and another (here the same, woken) worker answers in time.
+        c.signal("worker-1", signal.SIGSTOP)
+        answers: list = []
+        try:
+            asking = threading.Thread(
+                target=lambda: answers.append(c.post("/api/v1/jobs", jdbc("dst"))), daemon=True
+            )
+            asking.start()
+            lost = wait_for(lambda: take_plan_message(c), 10, interval=0.01, what="the plan asked")
+        finally:
+            c.signal("worker-1", signal.SIGCONT)
+        asking.join(30)
+        assert answers and answers[0][0] == 201, (lost, answers)
+
+
+def take_plan_message(c: Cluster) -> bytes | None:
+    """The plan task's message, taken off the control queue (as by a worker that then died)."""
+    broker = redis.Redis.from_url(c.redis_url)
+    for message in broker.lrange(CONTROL_QUEUE, 0, -1):
+        if json.loads(message)["headers"].get("task") == TASK_PLAN_JOB:
+            return message if broker.lrem(CONTROL_QUEUE, 1, message) else None
+    return None

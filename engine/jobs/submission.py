@@ -5,6 +5,7 @@ Views and commands validate and call this; it appends its EngineEvent in the sam
 
 from __future__ import annotations
 
+import time
 import uuid as uuidlib
 
 from django.conf import settings
@@ -61,33 +62,63 @@ class WorkersUnavailable(Exception):
     """No worker answered in time to plan a job whose checks connect to databases."""
 
 
+#: The plan is asked again this often within the check timeout (a fraction of it): a worker
+#: that took the message and died (or was fenced) never answers, and the task is read-only.
+PLAN_ASKS = 4
+
+
 def plan_in_worker(config_text: str, job_name: str | None, variables: dict[str, str]) -> JobPlan:
     """Have a worker plan the job (its connection checks run there, never in the web
-    process); WorkersUnavailable if none answers within ``engine.connectors.check-timeout``."""
-    from celery import current_app
-    from celery.exceptions import TimeoutError as CeleryTimeout
-
+    process); WorkersUnavailable if none answers within ``engine.connectors.check-timeout``.
+    Unanswered, it is asked again every quarter of that time; the first answer counts."""
     timeout = float(settings.ENGINE["connectors.check-timeout"])
     try:
-        result = current_app.send_task(
-            TASK_PLAN_JOB,
-            args=[config_text, job_name, variables],
-            queue=CONTROL_QUEUE,
-            expires=timeout,
-        )
-        answer = result.get(timeout=timeout, propagate=True, disable_sync_subtasks=False)
-    except CeleryTimeout:
+        answer = _first_answer([config_text, job_name, variables], timeout)
+    except Exception as exc:  # the broker or result store is unreachable
+        raise WorkersUnavailable(f"cannot reach the workers to check the job: {exc}") from None
+    if answer is None:
         raise WorkersUnavailable(
             f"no worker answered within {timeout:g} s to check the job's connections "
             "(its Jdbc checks run in a worker): are workers running?"
-        ) from None
-    except Exception as exc:  # the broker or result store is unreachable
-        raise WorkersUnavailable(f"cannot reach the workers to check the job: {exc}") from None
-    else:
-        result.forget()
+        )
     if "errors" in answer:
         raise ConfigError(answer["errors"])
     return JobPlan.from_json(answer["plan"])
+
+
+def _first_answer(args: list, timeout: float) -> dict | None:
+    """The first answer to the plan task, asked PLAN_ASKS times at most, each ask expiring at
+    the deadline; None if none came by then. Every ask's result is forgotten."""
+    from celery import current_app
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    deadline = time.monotonic() + timeout
+    asks = []
+    try:
+        for ask in range(PLAN_ASKS):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            asks.append(
+                current_app.send_task(TASK_PLAN_JOB, args=args, queue=CONTROL_QUEUE, expires=left)
+            )
+            until = min(deadline, time.monotonic() + timeout / PLAN_ASKS)
+            if ask == PLAN_ASKS - 1:
+                until = deadline
+            while (wait := until - time.monotonic()) > 0:
+                for earlier in asks[:-1]:
+                    if earlier.ready():
+                        return earlier.get(propagate=True, disable_sync_subtasks=False)
+                try:
+                    return asks[-1].get(
+                        timeout=min(wait, 0.25), propagate=True, disable_sync_subtasks=False
+                    )
+                except CeleryTimeout:
+                    continue
+        return None
+    finally:
+        for result in asks:
+            result.forget()
 
 
 def create_job(plan: JobPlan, config_text: str, submitted_by=None) -> Job:
