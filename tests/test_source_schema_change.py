@@ -98,6 +98,13 @@ class Harness:
     def send(self, kind, checkpoint: int) -> None:
         self.box.admit(envelope_for(self.box, kind, {"checkpoint": checkpoint}, 2))
 
+    def requested_and_completed(self) -> None:
+        """The reader asks for its change, then checkpoint 1 is cut and completes (its two
+        controls admitted, not yet applied)."""
+        self.steps()
+        self.send(CommandKind.CHECKPOINT, 1)
+        self.send(CommandKind.CHECKPOINT_COMPLETE, 1)
+
     def steps(self, n: int = 200) -> None:
         for _ in range(n):
             if not self.loop.step():
@@ -165,9 +172,7 @@ def test_past_the_timeout_the_reader_fails_naming_the_option():
 def test_a_sink_not_ready_is_tried_again_and_one_that_cannot_follow_fails():
     h = Harness()
     h.pending = 3
-    h.steps()
-    h.send(CommandKind.CHECKPOINT, 1)
-    h.send(CommandKind.CHECKPOINT_COMPLETE, 1)
+    h.requested_and_completed()
     h.steps()  # the two controls, and a first try: not ready
     assert h.applied == [] and h.loop.schema_driver.retries == 1
     h.steps()  # backing off: no second try before its time
@@ -179,9 +184,7 @@ def test_a_sink_not_ready_is_tried_again_and_one_that_cannot_follow_fails():
 
     h = Harness()
     h.refuse = RuntimeError("sink[0]: the LocalFile sink cannot follow a schema change")
-    h.steps()
-    h.send(CommandKind.CHECKPOINT, 1)
-    h.send(CommandKind.CHECKPOINT_COMPLETE, 1)
+    h.requested_and_completed()
     with pytest.raises(SchemaChangeFailed, match=r"schema change failed: sink\[0\]: the LocalFile"):
         h.steps()
 
@@ -211,9 +214,7 @@ def test_an_overlapping_request_fails_and_a_cancel_fences_the_request():
 def test_an_uncommitted_checkpoint_is_waited_for_step_by_step_without_back_off():
     h = Harness()
     h.uncommitted = 5
-    h.steps()
-    h.send(CommandKind.CHECKPOINT, 1)
-    h.send(CommandKind.CHECKPOINT_COMPLETE, 1)
+    h.requested_and_completed()
     for _ in range(8):  # the two controls, five waits, the apply: no clock advance needed
         h.loop.step()
     assert h.applied == [NEW] and h.loop.schema_driver.retries == 0
