@@ -37,7 +37,7 @@ from engine.connectors.localfile import LocalFileSource
 from engine.connectors.localfile_backlog import FileBacklog
 from engine.connectors.localfile_columns import OPTION as SCHEMA_CHANGES
 from engine.connectors.localfile_columns import added_columns
-from engine.connectors.localfile_scan import Found, Listing, oldest_first, scan
+from engine.connectors.localfile_scan import Cut, Found, Listing, scan
 from engine.connectors.schema import Schema
 from engine.sourceruntime.arrivals import ArrivalWindow, Verdict
 from engine.sourceruntime.choices import PollStatus
@@ -152,11 +152,9 @@ class FileDiscovery(Discovery):
             # server's clock may run ahead of ours).
             self.until = max(listing.started, (listing.newest or 0) + 1)
         arrivals, older = self._arrivals(listing)
-        held, room, waiting = listing.held, self._room(), len(arrivals)
-        if room is not None and len(arrivals) > room:  # the oldest go now, the rest wait
-            arrivals.sort(key=oldest_first)
-            cut = arrivals[room].ctime
-            held, arrivals = cut if held is None else min(held, cut), arrivals[:room]
+        cut = Cut(self._room())  # the oldest go now, the rest wait
+        arrivals = cut.trim(arrivals, final=True)
+        held = min((h for h in (listing.held, cut.held) if h is not None), default=None)
         new = []
         for found in arrivals:
             verdict = self.window.judge(found.name, found.ctime, found.inode)
@@ -167,7 +165,7 @@ class FileDiscovery(Discovery):
             self.changed += verdict == Verdict.CHANGED
         self.window.advance(listing.started, held)
         self.scans, self.older = self.scans + 1, older
-        self.held_back = listing.left + waiting - len(arrivals)
+        self.held_back = listing.left + cut.left
         self.throttled += held is not None
         # A BATCH input is complete once a scan left nothing for later (before the hand-on:
         # the enumerator may end the input there).
